@@ -1,0 +1,588 @@
+//! `kart build`: plan every artifact, take what the store has, compile the rest in
+//! parallel, write the lock. Also the `--locked` check and `explain`.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use crate::compile::{CompileFailure, CompileJob, compile};
+use crate::digest::Preimage;
+use crate::error::{Error, Result};
+use crate::key::{ArtifactKind, action_key, action_preimage, diff_preimages, kernel_input_files};
+use crate::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, describe, lock_path};
+use crate::manifest::{Config, Kernel, ParamValue, Project};
+use crate::smoke;
+use crate::store::{ActionEntry, ENTRY_FORMAT, LockMode, Store};
+use crate::target::TargetArch;
+use crate::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
+
+/// Which artifacts a command is about. Empty lists mean "all".
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Kernel names.
+    pub kernels: Vec<String>,
+    /// `NAME=VALUE` filters on params.
+    pub params: BTreeMap<String, ParamValue>,
+    /// Targets.
+    pub targets: Vec<TargetArch>,
+}
+
+/// One slice of a sharded build: `index` of `count` (1-based, as written: `--shard 2/4`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Shard {
+    /// 1..=count.
+    pub index: usize,
+    /// How many slices.
+    pub count: usize,
+}
+
+impl std::str::FromStr for Shard {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Shard, String> {
+        let err = || format!("`{s}` is not a shard: write I/N with 1 <= I <= N, e.g. 2/4");
+        let (i, n) = s.split_once('/').ok_or_else(err)?;
+        let index: usize = i.trim().parse().map_err(|_| err())?;
+        let count: usize = n.trim().parse().map_err(|_| err())?;
+        if index == 0 || count == 0 || index > count {
+            return Err(err());
+        }
+        Ok(Shard { index, count })
+    }
+}
+
+/// Options of `kart build`.
+#[derive(Clone, Debug)]
+pub struct BuildOptions {
+    /// What to build.
+    pub selection: Selection,
+    /// Parallel nvcc processes.
+    pub jobs: usize,
+    /// Per-nvcc timeout.
+    pub timeout: Duration,
+    /// Only compare keys with the lock.
+    pub locked: bool,
+    /// Build one slice; write only the store.
+    pub shard: Option<Shard>,
+    /// nvcc to use instead of searching.
+    pub nvcc: Option<PathBuf>,
+    /// How long to wait for another process's exclusive hold of the store.
+    pub lock_timeout: Duration,
+}
+
+impl Default for BuildOptions {
+    fn default() -> Self {
+        BuildOptions {
+            selection: Selection::default(),
+            jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+            timeout: Duration::from_secs(600),
+            locked: false,
+            shard: None,
+            nvcc: None,
+            lock_timeout: Duration::from_secs(60),
+        }
+    }
+}
+
+/// Progress of a build, drawn by the CLI (or ignored).
+pub trait BuildReporter: Sync {
+    /// The plan: how many artifacts are selected, and how many must be compiled.
+    fn planned(&self, _selected: usize, _to_compile: usize) {}
+    /// A compile finished (successfully or not).
+    fn compiled(&self, _artifact: &str, _result: std::result::Result<Duration, &CompileFailure>) {}
+    /// Something worth a line: the smoke check, a replayed warning, a skipped entry.
+    fn note(&self, _message: &str) {}
+}
+
+/// A reporter that shows nothing.
+pub struct Silent;
+impl BuildReporter for Silent {}
+
+/// What a build did.
+#[derive(Debug, Default)]
+pub struct BuildSummary {
+    /// Artifacts in the selection.
+    pub selected: usize,
+    /// Taken from the store.
+    pub from_store: usize,
+    /// Compiled now.
+    pub compiled: usize,
+    /// Whether `kart.lock` changed.
+    pub lock_changed: bool,
+    /// Artifacts in the written lock, and in the project.
+    pub lock_entries: (usize, usize),
+}
+
+/// One artifact of the project with its action key.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// Index into `project.kernels`.
+    pub kernel: usize,
+    /// The config.
+    pub config: Config,
+    /// The target.
+    pub target: TargetArch,
+    /// cubin or PTX.
+    pub kind: ArtifactKind,
+    /// Every input.
+    pub preimage: Preimage,
+    /// Its digest.
+    pub key: String,
+}
+
+impl Planned {
+    fn describe(&self, project: &Project) -> String {
+        describe(
+            &project.kernels[self.kernel].name,
+            &self.config,
+            &self.target.to_string(),
+            self.kind,
+        )
+    }
+
+    fn sort_key<'a>(&'a self, project: &'a Project) -> (&'a str, &'a Config, String, ArtifactKind) {
+        (
+            &project.kernels[self.kernel].name,
+            &self.config,
+            self.target.to_string(),
+            self.kind,
+        )
+    }
+}
+
+/// A project with its store and toolchain, ready for any command.
+pub struct Workspace {
+    /// The project.
+    pub project: Project,
+    /// The store, held shared (or exclusive).
+    pub store: Store,
+}
+
+impl Workspace {
+    /// Opens the store of `project`.
+    pub fn open(project: Project, mode: LockMode, lock_timeout: Duration) -> Result<Workspace> {
+        let store = Store::open(&project.store_dir, mode, lock_timeout)?;
+        Ok(Workspace { project, store })
+    }
+
+    /// Finds and fingerprints nvcc, and checks its release against `kart.toml`.
+    pub fn toolchain(&self, nvcc: Option<&Path>) -> Result<Toolchain> {
+        refuse_hostile_env()?;
+        let path = find_nvcc(nvcc, &self.project.root)?;
+        let toolchain = Toolchain::load(&path, &self.store.toolchain_cache_dir())?;
+        toolchain.check_release(self.project.nvcc_release.as_deref())?;
+        Ok(toolchain)
+    }
+
+    /// The lock, or an empty one.
+    pub fn lock(&self) -> Result<Lockfile> {
+        Ok(
+            Lockfile::read(&lock_path(&self.project.root), Path::new(LOCK_FILE))?
+                .unwrap_or_default(),
+        )
+    }
+
+    /// Every artifact of the project (sorted as in the lock) with its action key.
+    pub fn plan(&self, toolchain: &Toolchain) -> Result<Vec<Planned>> {
+        let project = &self.project;
+        let mut planned = Vec::new();
+        for (index, kernel) in project.kernels.iter().enumerate() {
+            for target in &kernel.targets {
+                if !toolchain.supports(target) {
+                    return Err(Error::usage(
+                        format!(
+                            "target {target} of kernel `{}` is not supported by nvcc {}",
+                            kernel.name, toolchain.release
+                        ),
+                        Some(format!(
+                            "remove it from `targets` ({} or kart.toml); this nvcc supports {}",
+                            kernel.manifest.display(),
+                            toolchain.gpu_codes.join(" ")
+                        )),
+                    ));
+                }
+            }
+            let files = kernel_input_files(&project.root, kernel)?;
+            let mut configs = kernel.configs();
+            configs.sort();
+            for config in configs {
+                for &target in &kernel.targets {
+                    let kinds: &[ArtifactKind] = if kernel.ptx {
+                        &[ArtifactKind::Cubin, ArtifactKind::Ptx]
+                    } else {
+                        &[ArtifactKind::Cubin]
+                    };
+                    for &kind in kinds {
+                        let preimage =
+                            action_preimage(toolchain, kernel, &config, target, kind, &files);
+                        let key = action_key(&preimage);
+                        planned.push(Planned {
+                            kernel: index,
+                            config: config.clone(),
+                            target,
+                            kind,
+                            preimage,
+                            key,
+                        });
+                    }
+                }
+            }
+        }
+        planned.sort_by(|a, b| a.sort_key(project).cmp(&b.sort_key(project)));
+        Ok(planned)
+    }
+
+    /// The planned artifacts the selection names; an error if it names something that
+    /// does not exist or matches nothing.
+    pub fn select<'a>(
+        &self,
+        planned: &'a [Planned],
+        selection: &Selection,
+    ) -> Result<Vec<&'a Planned>> {
+        let project = &self.project;
+        for name in &selection.kernels {
+            project.kernel(name)?;
+        }
+        let in_kernels =
+            |k: &Kernel| selection.kernels.is_empty() || selection.kernels.contains(&k.name);
+        for name in selection.params.keys() {
+            if !project
+                .kernels
+                .iter()
+                .filter(|k| in_kernels(k))
+                .any(|k| k.params.contains_key(name))
+            {
+                return Err(Error::usage(
+                    format!("no selected kernel has a param `{name}`"),
+                    None,
+                ));
+            }
+        }
+        for target in &selection.targets {
+            if !project
+                .kernels
+                .iter()
+                .filter(|k| in_kernels(k))
+                .any(|k| k.targets.contains(target))
+            {
+                return Err(Error::usage(
+                    format!("no selected kernel is built for {target}"),
+                    Some(format!(
+                        "add \"{target}\" to `targets` in kart.toml or the kernel's kernel.toml, then run `kart build --target {target}`"
+                    )),
+                ));
+            }
+        }
+        let chosen: Vec<&Planned> = planned
+            .iter()
+            .filter(|p| {
+                let kernel = &project.kernels[p.kernel];
+                in_kernels(kernel)
+                    && (selection.targets.is_empty() || selection.targets.contains(&p.target))
+                    && selection.params.iter().all(|(n, v)| {
+                        !kernel.params.contains_key(n) || p.config.0.get(n) == Some(v)
+                    })
+            })
+            .collect();
+        if chosen.is_empty() {
+            return Err(Error::usage(
+                "the selection matches no artifact",
+                Some("check the values given with -p against the kernel's [params]".into()),
+            ));
+        }
+        Ok(chosen)
+    }
+
+    /// The action entry of a key whose blob is in the store, if both are. An unreadable
+    /// entry is reported and counts as absent.
+    pub fn stored_entry(&self, key: &str, reporter: &dyn BuildReporter) -> Option<ActionEntry> {
+        match self.store.get_entry(key) {
+            Ok(Some(entry)) if self.store.has_blob(&entry.digest) => Some(entry),
+            Ok(_) => None,
+            Err(e) => {
+                reporter.note(&format!("warning: {e} (quarantined; it will be rebuilt)"));
+                None
+            }
+        }
+    }
+}
+
+/// Runs `kart build` in `workspace`.
+pub fn build(
+    ws: &Workspace,
+    options: &BuildOptions,
+    reporter: &dyn BuildReporter,
+) -> Result<BuildSummary> {
+    let toolchain = ws.toolchain(options.nvcc.as_deref())?;
+    let planned = ws.plan(&toolchain)?;
+    let mut selected = ws.select(&planned, &options.selection)?;
+    if options.locked {
+        let whole = options.selection.kernels.is_empty()
+            && options.selection.params.is_empty()
+            && options.selection.targets.is_empty();
+        check_locked(ws, &selected, whole)?;
+        return Ok(BuildSummary {
+            selected: selected.len(),
+            ..BuildSummary::default()
+        });
+    }
+    if let Some(shard) = options.shard {
+        // Round-robin over the sorted selection: balanced, and the same on every machine.
+        selected = selected
+            .into_iter()
+            .enumerate()
+            .filter(|(i, _)| i % shard.count == shard.index - 1)
+            .map(|(_, p)| p)
+            .collect();
+    }
+
+    let mut to_compile = Vec::new();
+    let mut from_store = 0;
+    for p in &selected {
+        match ws.stored_entry(&p.key, reporter) {
+            Some(_) => from_store += 1,
+            None => to_compile.push(*p),
+        }
+    }
+    reporter.planned(selected.len(), to_compile.len());
+
+    if !to_compile.is_empty() && !ws.store.smoke_passed(&toolchain.fingerprint) {
+        let target = to_compile[0].target;
+        let elapsed = smoke::compile_smoke(&ws.store, &toolchain, target)?;
+        reporter.note(&format!(
+            "smoke kernel compiled for {target} in {:.2} s: toolchain nvcc {} works",
+            elapsed.as_secs_f64(),
+            toolchain.release
+        ));
+    }
+
+    let failures = compile_all(ws, &toolchain, &to_compile, options, reporter);
+    let compiled = to_compile.len() - failures.len();
+
+    let mut summary = BuildSummary {
+        selected: selected.len(),
+        from_store,
+        compiled,
+        ..BuildSummary::default()
+    };
+    if options.shard.is_none() {
+        let (lock, changed) = write_lock(ws, &planned, reporter)?;
+        summary.lock_changed = changed;
+        summary.lock_entries = (lock.artifacts.len(), planned.len());
+    }
+    if !failures.is_empty() {
+        return Err(Error::BuildFailed {
+            failed: failures,
+            total: selected.len(),
+        });
+    }
+    Ok(summary)
+}
+
+/// Compiles `jobs` on `options.jobs` threads; returns one line per failure.
+fn compile_all(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    jobs: &[&Planned],
+    options: &BuildOptions,
+    reporter: &dyn BuildReporter,
+) -> Vec<String> {
+    let next = AtomicUsize::new(0);
+    let failures = Mutex::new(Vec::new());
+    let host_compiler = toolchain.host_compiler();
+    std::thread::scope(|scope| {
+        for _ in 0..options.jobs.clamp(1, jobs.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(p) = jobs.get(i) else { break };
+                    let name = p.describe(&ws.project);
+                    match compile_one(ws, toolchain, p, options.timeout, &host_compiler) {
+                        Ok(elapsed) => reporter.compiled(&name, Ok(elapsed)),
+                        Err(failure) => {
+                            reporter.compiled(&name, Err(&failure));
+                            if let Ok(mut f) = failures.lock() {
+                                f.push(format!("  {name}: {}", failure.summary));
+                            }
+                        }
+                    }
+                }
+            });
+        }
+    });
+    let mut failures = failures.into_inner().unwrap_or_default();
+    failures.sort();
+    failures
+}
+
+fn compile_one(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    p: &Planned,
+    timeout: Duration,
+    host_compiler: &str,
+) -> std::result::Result<Duration, CompileFailure> {
+    let kernel = &ws.project.kernels[p.kernel];
+    let store_failure = |e: Error| CompileFailure {
+        summary: format!("store: {e}"),
+        details: String::new(),
+    };
+    let scratch = ws.store.scratch_dir().map_err(store_failure)?;
+    let job = CompileJob {
+        root: &ws.project.root,
+        toolchain,
+        kernel,
+        config: &p.config,
+        target: p.target,
+        kind: p.kind,
+        timeout,
+    };
+    let out = compile(&job, scratch.path())?;
+    let digest = ws.store.put_blob(&out.bytes).map_err(store_failure)?;
+    let entry = ActionEntry {
+        format: ENTRY_FORMAT,
+        key: p.key.clone(),
+        kernel: kernel.name.clone(),
+        config: p.config.clone(),
+        target: p.target.to_string(),
+        kind: p.kind,
+        digest,
+        size: out.bytes.len() as u64,
+        entries: out.entries,
+        nvcc_release: toolchain.release.clone(),
+        host_compiler: host_compiler.to_string(),
+        stderr: out.stderr,
+        preimage: p.preimage.clone(),
+    };
+    ws.store.put_entry(&entry).map_err(store_failure)?;
+    Ok(out.elapsed)
+}
+
+/// The lock entry of a stored action entry.
+fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> LockedArtifact {
+    LockedArtifact {
+        kernel: project.kernels[p.kernel].name.clone(),
+        config: p.config.clone(),
+        target: p.target.to_string(),
+        kind: p.kind,
+        key: p.key.clone(),
+        digest: entry.digest.clone(),
+        size: entry.size,
+        nvcc: entry.nvcc_release.clone(),
+        entries: entry.entries.clone(),
+    }
+}
+
+/// Writes the lock for every planned artifact the store has (or the old lock already
+/// listed with the same key). Returns it and whether the file changed.
+fn write_lock(
+    ws: &Workspace,
+    planned: &[Planned],
+    reporter: &dyn BuildReporter,
+) -> Result<(Lockfile, bool)> {
+    let old = ws.lock()?;
+    let mut artifacts = Vec::new();
+    for p in planned {
+        if let Some(entry) = ws.stored_entry(&p.key, reporter) {
+            artifacts.push(locked_artifact(&ws.project, p, &entry));
+        } else if let Some(kept) = old
+            .find(
+                &ws.project.kernels[p.kernel].name,
+                &p.config,
+                &p.target.to_string(),
+                p.kind,
+            )
+            .filter(|a| a.key == p.key)
+        {
+            artifacts.push(kept.clone());
+        }
+    }
+    let lock = Lockfile::new(artifacts);
+    let changed = lock.write(&lock_path(&ws.project.root))?;
+    if lock.artifacts.len() < planned.len() {
+        reporter.note(&format!(
+            "kart.lock lists {} of the project's {} artifacts; run `kart build` for the rest",
+            lock.artifacts.len(),
+            planned.len()
+        ));
+    }
+    Ok((lock, changed))
+}
+
+/// `--locked`: every selected artifact's key must equal the lock's.
+fn check_locked(ws: &Workspace, selected: &[&Planned], whole: bool) -> Result<()> {
+    let path = lock_path(&ws.project.root);
+    let Some(lock) = Lockfile::read(&path, Path::new(LOCK_FILE))? else {
+        return Err(Error::CheckFailed {
+            message: "there is no kart.lock".into(),
+            hint: Some("run `kart build` and commit kart.lock".into()),
+        });
+    };
+    let mut problems = Vec::new();
+    for p in selected {
+        let name = p.describe(&ws.project);
+        let kernel = &ws.project.kernels[p.kernel].name;
+        match lock.find(kernel, &p.config, &p.target.to_string(), p.kind) {
+            None => problems.push(format!("{name}: not in kart.lock")),
+            Some(locked) if locked.key != p.key => {
+                problems.push(format!(
+                    "{name}: key changed ({} -> {})",
+                    &locked.key[..12],
+                    &p.key[..12]
+                ));
+                problems.extend(
+                    explain_change(ws, &locked.key, &p.preimage)
+                        .into_iter()
+                        .map(|l| format!("    {l}")),
+                );
+            }
+            Some(_) => {}
+        }
+    }
+    if whole {
+        for a in &lock.artifacts {
+            let known = selected.iter().any(|p| {
+                ws.project.kernels[p.kernel].name == a.kernel
+                    && p.config == a.config
+                    && p.target.to_string() == a.target
+                    && p.kind == a.kind
+            });
+            if !known {
+                problems.push(format!(
+                    "{}: in kart.lock but no longer in the manifests",
+                    a.describe()
+                ));
+            }
+        }
+    }
+    if problems.is_empty() {
+        return Ok(());
+    }
+    Err(Error::CheckFailed {
+        message: format!("kart.lock is out of date:\n{}", problems.join("\n")),
+        hint: Some("run `kart build` and commit kart.lock".into()),
+    })
+}
+
+/// Lines naming what changed between the inputs of `old_key` (if its action entry is in
+/// the store) and `new`.
+pub fn explain_change(ws: &Workspace, old_key: &str, new: &Preimage) -> Vec<String> {
+    match ws.store.get_entry(old_key) {
+        Ok(Some(entry)) => diff_preimages(&entry.preimage, new),
+        _ => vec![format!(
+            "(the inputs of the old key {} are not in this store; `kart fetch` or a build of the old commit would show them)",
+            &old_key[..12]
+        )],
+    }
+}
+
+/// Parses `NAME=VALUE` from the command line.
+pub fn parse_param(text: &str) -> std::result::Result<(String, ParamValue), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))?;
+    let value = ParamValue::parse(value.trim())
+        .ok_or_else(|| format!("`{value}` is neither an integer nor an identifier"))?;
+    Ok((name.trim().to_string(), value))
+}

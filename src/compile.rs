@@ -1,0 +1,304 @@
+//! One nvcc run: the command line, the timeout, the dependency check and the output
+//! check.
+
+use std::path::{Component, Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::cubin::{EntryInfo, check_cubin, check_ptx, parse_resource_usage};
+use crate::key::ArtifactKind;
+use crate::manifest::{Config, Kernel};
+use crate::process::run_with_timeout;
+use crate::target::TargetArch;
+use crate::toolchain::Toolchain;
+
+/// What to compile.
+#[derive(Clone, Copy, Debug)]
+pub struct CompileJob<'a> {
+    /// The project root; nvcc runs there, with paths relative to it.
+    pub root: &'a Path,
+    /// The toolchain.
+    pub toolchain: &'a Toolchain,
+    /// The kernel.
+    pub kernel: &'a Kernel,
+    /// The config's params.
+    pub config: &'a Config,
+    /// The target.
+    pub target: TargetArch,
+    /// cubin or PTX.
+    pub kind: ArtifactKind,
+    /// Kill nvcc (and its children) after this long.
+    pub timeout: Duration,
+}
+
+/// A checked compile result.
+#[derive(Debug)]
+pub struct CompileOutput {
+    /// The artifact's bytes.
+    pub bytes: Vec<u8>,
+    /// nvcc's stderr (warnings, the ptxas report).
+    pub stderr: String,
+    /// Resources per entry (empty fields for PTX).
+    pub entries: Vec<EntryInfo>,
+    /// nvcc's wall time.
+    pub elapsed: Duration,
+}
+
+/// Why a compile produced no artifact. The message is complete (command, framed
+/// stderr, what to do), ready to show.
+#[derive(Debug)]
+pub struct CompileFailure {
+    /// One line: what failed.
+    pub summary: String,
+    /// The details: nvcc's stderr or the failed check.
+    pub details: String,
+}
+
+impl std::fmt::Display for CompileFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}", self.summary)?;
+        if !self.details.is_empty() {
+            write!(f, "\n{}", self.details)?;
+        }
+        Ok(())
+    }
+}
+
+/// The nvcc arguments (after the program) for a job writing into `out` and `deps`.
+pub fn nvcc_args(job: &CompileJob<'_>, out: &Path, deps: &Path) -> Vec<String> {
+    let mut args = Vec::new();
+    match job.kind {
+        ArtifactKind::Cubin => {
+            args.push("-cubin".to_string());
+            args.push(job.target.gencode_cubin());
+        }
+        ArtifactKind::Ptx => {
+            args.push("-ptx".to_string());
+            args.push(job.target.gencode_ptx());
+        }
+    }
+    args.extend(job.kernel.flags.iter().cloned());
+    for (name, value) in job.kernel.defines.iter().chain(job.config.0.iter()) {
+        args.push(format!("-D{name}={value}"));
+    }
+    for dir in &job.kernel.include {
+        args.push(format!("-I{}", dir.display()));
+    }
+    if job.kind == ArtifactKind::Cubin {
+        args.push("--resource-usage".to_string());
+    }
+    args.push("-MD".to_string());
+    args.push("-MF".to_string());
+    args.push(deps.display().to_string());
+    args.push("-o".to_string());
+    args.push(out.display().to_string());
+    args.push(job.kernel.sources[0].display().to_string());
+    args
+}
+
+/// Runs nvcc for `job` in `scratch` (a private folder) and checks what it wrote.
+pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, CompileFailure> {
+    let out = scratch.join(match job.kind {
+        ArtifactKind::Cubin => "out.cubin",
+        ArtifactKind::Ptx => "out.ptx",
+    });
+    let deps = scratch.join("out.d");
+    let args = nvcc_args(job, &out, &deps);
+    let shown = format!("nvcc {}", args.join(" "));
+    let mut cmd = Command::new(&job.toolchain.nvcc);
+    cmd.args(&args).current_dir(job.root);
+    let outcome = run_with_timeout(&mut cmd, job.timeout).map_err(|e| CompileFailure {
+        summary: format!("cannot run `{}`: {e}", job.toolchain.nvcc.display()),
+        details: String::new(),
+    })?;
+    let stderr = outcome.stderr.clone() + &outcome.stdout;
+    if outcome.timed_out {
+        return Err(CompileFailure {
+            summary: format!(
+                "nvcc timed out after {} s and was killed with every process it started",
+                job.timeout.as_secs_f64()
+            ),
+            details: frame(&shown, &stderr),
+        });
+    }
+    if !outcome.status.is_some_and(|s| s.success()) {
+        let status = outcome
+            .status
+            .map(|s| s.to_string())
+            .unwrap_or_else(|| "killed".into());
+        return Err(CompileFailure {
+            summary: format!("nvcc failed ({status})"),
+            details: frame(&shown, &stderr),
+        });
+    }
+    let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
+    check_dependencies(job, &parse_depfile(&dep_text)).map_err(|details| CompileFailure {
+        summary: "undeclared include".into(),
+        details,
+    })?;
+    let bytes = std::fs::read(&out).map_err(|e| CompileFailure {
+        summary: format!("nvcc succeeded but `{}` is unreadable: {e}", out.display()),
+        details: frame(&shown, &stderr),
+    })?;
+    let checked = match job.kind {
+        ArtifactKind::Cubin => check_cubin(&bytes, job.target, &job.kernel.entry).map(|_| ()),
+        ArtifactKind::Ptx => check_ptx(&bytes, job.target, &job.kernel.entry),
+    };
+    checked.map_err(|why| CompileFailure {
+        summary: format!("nvcc's output failed its check: {why}"),
+        details: String::new(),
+    })?;
+    let entries = match job.kind {
+        ArtifactKind::Cubin => parse_resource_usage(&stderr, &job.kernel.entry),
+        ArtifactKind::Ptx => job
+            .kernel
+            .entry
+            .iter()
+            .map(|e| EntryInfo {
+                name: e.clone(),
+                ..EntryInfo::default()
+            })
+            .collect(),
+    };
+    Ok(CompileOutput {
+        bytes,
+        stderr,
+        entries,
+        elapsed: outcome.elapsed,
+    })
+}
+
+/// Frames a command's output so it stands apart from kart's own messages.
+fn frame(command: &str, output: &str) -> String {
+    let mut s = format!("  ┌─ {command}\n");
+    for line in output.trim_end().lines() {
+        s.push_str("  │ ");
+        s.push_str(line);
+        s.push('\n');
+    }
+    s.push_str("  └─");
+    s
+}
+
+/// The prerequisites listed in a make-style dependency file.
+pub fn parse_depfile(text: &str) -> Vec<PathBuf> {
+    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
+    let mut deps = Vec::new();
+    for rule in joined.lines() {
+        let Some((_, prereqs)) = rule.split_once(": ") else {
+            continue;
+        };
+        let mut current = String::new();
+        let mut chars = prereqs.chars().peekable();
+        while let Some(c) = chars.next() {
+            match c {
+                '\\' if chars.peek() == Some(&' ') => {
+                    current.push(' ');
+                    chars.next();
+                }
+                c if c.is_whitespace() => {
+                    if !current.is_empty() {
+                        deps.push(PathBuf::from(std::mem::take(&mut current)));
+                    }
+                }
+                c => current.push(c),
+            }
+        }
+        if !current.is_empty() {
+            deps.push(PathBuf::from(current));
+        }
+    }
+    deps
+}
+
+/// Every file nvcc read must be an input of the key (the kernel's folder, a declared
+/// include folder), part of the toolkit, or a system header: otherwise a change to it
+/// would not change the key and kart would serve a stale binary.
+fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), String> {
+    let toolkit = std::fs::canonicalize(&job.toolchain.root).unwrap_or(job.toolchain.root.clone());
+    let mut problems = Vec::new();
+    for dep in deps {
+        let abs = job.root.join(dep);
+        let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
+        if abs.starts_with(&toolkit) || abs.starts_with(&job.toolchain.root) {
+            continue;
+        }
+        if let Ok(rel) = abs.strip_prefix(job.root) {
+            let declared = rel.starts_with(&job.kernel.dir)
+                || job.kernel.include.iter().any(|d| rel.starts_with(d));
+            if !declared {
+                let folder = rel.parent().unwrap_or(Path::new(""));
+                problems.push(format!(
+                    "undeclared include `{}`: add its folder to `include` in `{}` (include = [\"{}\"])",
+                    rel.display(),
+                    job.kernel.manifest.display(),
+                    relative_path(&job.kernel.dir, folder).display()
+                ));
+            }
+        } else if !abs.starts_with("/usr/") {
+            problems.push(format!(
+                "undeclared include `{}`: it is outside the project, so it cannot be part of the key; \
+                 copy it into a folder of the project and add that folder to `include` in `{}`",
+                abs.display(),
+                job.kernel.manifest.display()
+            ));
+        }
+    }
+    if problems.is_empty() {
+        Ok(())
+    } else {
+        Err(problems.join("\n"))
+    }
+}
+
+/// The path from folder `from` to `to`, both relative to the same root.
+fn relative_path(from: &Path, to: &Path) -> PathBuf {
+    let from: Vec<Component> = from.components().collect();
+    let to: Vec<Component> = to.components().collect();
+    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
+    let mut p = PathBuf::new();
+    for _ in common..from.len() {
+        p.push("..");
+    }
+    for c in &to[common..] {
+        p.push(c);
+    }
+    if p.as_os_str().is_empty() {
+        p.push(".");
+    }
+    p
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_depfiles() {
+        let text = "out.cubin : kernels/k/k.cu \\\n    /usr/include/stdio.h \\\n    kernels/my\\ dir/x.h\n";
+        assert_eq!(
+            parse_depfile(text),
+            vec![
+                PathBuf::from("kernels/k/k.cu"),
+                PathBuf::from("/usr/include/stdio.h"),
+                PathBuf::from("kernels/my dir/x.h")
+            ]
+        );
+    }
+
+    #[test]
+    fn relative_paths() {
+        assert_eq!(
+            relative_path(Path::new("kernels/k"), Path::new("kernels/common")),
+            PathBuf::from("../common")
+        );
+        assert_eq!(
+            relative_path(Path::new("kernels/k"), Path::new("kernels/k/inc")),
+            PathBuf::from("inc")
+        );
+        assert_eq!(
+            relative_path(Path::new("kernels/k"), Path::new("include")),
+            PathBuf::from("../../include")
+        );
+    }
+}

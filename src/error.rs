@@ -1,0 +1,182 @@
+//! The one error type of the library, with the exit code each kind maps to.
+//!
+//! Every variant carries what a user needs to act: the file and line of bad input, the
+//! path that could not be read, the config that failed. The CLI prints the message, its
+//! `source` chain and the `hint`.
+
+use std::path::PathBuf;
+
+/// Result with kart's [`Error`].
+pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// What went wrong, grouped by who has to act.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// A file the user wrote (manifest, lock, tuning file) is malformed or invalid.
+    #[error("{}:{line}:{column}: {message}", path.display())]
+    InvalidFile {
+        /// The file, relative to the working directory where possible.
+        path: PathBuf,
+        /// 1-based line.
+        line: usize,
+        /// 1-based column.
+        column: usize,
+        /// What is wrong.
+        message: String,
+        /// What to do about it.
+        hint: Option<String>,
+    },
+    /// The command line asks for something that does not exist or makes no sense.
+    #[error("{message}")]
+    Usage {
+        /// What is wrong.
+        message: String,
+        /// What to do about it.
+        hint: Option<String>,
+    },
+    /// The machine lacks something: nvcc, the right nvcc release, a CUDA driver, a GPU.
+    #[error("{message}")]
+    Environment {
+        /// What is missing.
+        message: String,
+        /// How to get it.
+        hint: Option<String>,
+    },
+    /// A file-system operation failed.
+    #[error("cannot {action} `{}`", path.display())]
+    Io {
+        /// What kart was doing ("read", "create", "rename to", ...).
+        action: &'static str,
+        /// The path it was doing it to.
+        path: PathBuf,
+        /// The operating system's error.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A blob's bytes do not hash to the digest it is stored under.
+    #[error("blob {digest} is corrupt: its bytes hash to {actual} ({})", path.display())]
+    CorruptBlob {
+        /// The digest the blob is named by.
+        digest: String,
+        /// What its bytes actually hash to.
+        actual: String,
+        /// Where it was (now quarantined).
+        path: PathBuf,
+    },
+    /// The store's internal data is unreadable (an action entry that does not parse).
+    #[error("store entry `{}` is unreadable: {message}", path.display())]
+    CorruptEntry {
+        /// The entry file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
+    /// One or more compile jobs failed; each was reported as it failed.
+    #[error("{} of {total} artifacts failed to build:\n{}", failed.len(), failed.join("\n"))]
+    BuildFailed {
+        /// One line per failed artifact.
+        failed: Vec<String>,
+        /// How many artifacts the build had to produce.
+        total: usize,
+    },
+    /// A check (`--locked`, `verify`) found a difference.
+    #[error("{message}")]
+    CheckFailed {
+        /// What differs.
+        message: String,
+        /// What to do.
+        hint: Option<String>,
+    },
+    /// Another kart process holds the store and did not let go in time.
+    #[error("store `{}` is locked by another kart process", path.display())]
+    StoreBusy {
+        /// The lock file.
+        path: PathBuf,
+    },
+    /// The CUDA driver reported an error.
+    #[error("CUDA driver: {call} failed: {message}")]
+    Driver {
+        /// The driver call.
+        call: &'static str,
+        /// The driver's description of the error.
+        message: String,
+    },
+    /// The requested artifact does not exist for this device (or cannot be loaded on it).
+    #[error("{message}")]
+    NotLoadable {
+        /// Kernel, config, device and what exists.
+        message: String,
+        /// The command that would add a loadable artifact.
+        hint: Option<String>,
+    },
+}
+
+impl Error {
+    /// The process exit code this error maps to (see DESIGN.md: 1 failed, 2 bad input,
+    /// 3 missing environment).
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            Error::InvalidFile { .. } | Error::Usage { .. } => 2,
+            Error::Environment { .. } | Error::Driver { .. } => 3,
+            Error::Io { .. }
+            | Error::CorruptBlob { .. }
+            | Error::CorruptEntry { .. }
+            | Error::BuildFailed { .. }
+            | Error::CheckFailed { .. }
+            | Error::StoreBusy { .. }
+            | Error::NotLoadable { .. } => 1,
+        }
+    }
+
+    /// A line telling the user what to do, where kart knows.
+    pub fn hint(&self) -> Option<String> {
+        match self {
+            Error::InvalidFile { hint, .. }
+            | Error::Usage { hint, .. }
+            | Error::Environment { hint, .. }
+            | Error::CheckFailed { hint, .. }
+            | Error::NotLoadable { hint, .. } => hint.clone(),
+            Error::CorruptBlob { .. } => Some(
+                "the blob was moved to the store's quarantine; `kart build` compiles it again"
+                    .into(),
+            ),
+            Error::StoreBusy { .. } => Some(
+                "wait for the other kart process (a long `kart build`?) or set --lock-timeout"
+                    .into(),
+            ),
+            _ => None,
+        }
+    }
+
+    /// Shorthand for a usage error.
+    pub fn usage(message: impl Into<String>, hint: Option<String>) -> Self {
+        Error::Usage {
+            message: message.into(),
+            hint,
+        }
+    }
+
+    /// Shorthand for an environment error.
+    pub fn environment(message: impl Into<String>, hint: impl Into<String>) -> Self {
+        Error::Environment {
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+}
+
+/// Attach the path and the action to an I/O error.
+pub trait IoContext<T> {
+    /// Maps an `io::Error` to [`Error::Io`] naming `action` and `path`.
+    fn at(self, action: &'static str, path: impl Into<PathBuf>) -> Result<T>;
+}
+
+impl<T> IoContext<T> for std::io::Result<T> {
+    fn at(self, action: &'static str, path: impl Into<PathBuf>) -> Result<T> {
+        self.map_err(|source| Error::Io {
+            action,
+            path: path.into(),
+            source,
+        })
+    }
+}

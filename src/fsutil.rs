@@ -1,0 +1,80 @@
+//! Crash-safe file writes: a temp file in the destination folder, synced, then renamed.
+
+use std::io::Write;
+use std::path::Path;
+
+use crate::error::{IoContext, Result};
+
+/// Prefix of kart's temp files, so that leftovers of a killed process can be swept.
+pub const TEMP_PREFIX: &str = ".tmp-kart-";
+
+/// Writes `bytes` to `path` so that a crash at any moment leaves either the old file or
+/// the new one, never a partial one: temp file beside it, `fsync`, rename, `fsync` of
+/// the folder (so the rename itself survives a power loss).
+pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    let dir = path.parent().unwrap_or(Path::new("."));
+    std::fs::create_dir_all(dir).at("create folder", dir)?;
+    let mut tmp = tempfile::Builder::new()
+        .prefix(TEMP_PREFIX)
+        .tempfile_in(dir)
+        .at("create a temp file in", dir)?;
+    tmp.write_all(bytes).at("write", tmp.path())?;
+    tmp.as_file().sync_all().at("sync", tmp.path())?;
+    tmp.persist(path)
+        .map_err(|e| e.error)
+        .at("rename a temp file to", path)?;
+    sync_dir(dir);
+    Ok(())
+}
+
+/// Syncs a folder's entries to disk. Best effort: not every file system supports it.
+pub fn sync_dir(dir: &Path) {
+    if let Ok(f) = std::fs::File::open(dir) {
+        let _ = f.sync_all();
+    }
+}
+
+/// Removes kart temp files under `dir` (recursively): the leftovers of killed processes.
+/// Only call this while holding the store exclusively, or live writers lose their files.
+pub fn sweep_temp_files(dir: &Path) -> usize {
+    let mut removed = 0;
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let Ok(kind) = entry.file_type() else {
+            continue;
+        };
+        let ours = entry.file_name().to_string_lossy().starts_with(TEMP_PREFIX);
+        if ours {
+            let gone = if kind.is_dir() {
+                std::fs::remove_dir_all(&path)
+            } else {
+                std::fs::remove_file(&path)
+            };
+            removed += usize::from(gone.is_ok());
+        } else if kind.is_dir() {
+            removed += sweep_temp_files(&path);
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn atomic_write_replaces_and_leaves_no_temp() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("a/b.txt");
+        write_atomic(&p, b"one").unwrap();
+        write_atomic(&p, b"two").unwrap();
+        assert_eq!(std::fs::read(&p).unwrap(), b"two");
+        let names: Vec<_> = std::fs::read_dir(p.parent().unwrap()).unwrap().collect();
+        assert_eq!(names.len(), 1);
+        std::fs::write(dir.path().join(format!("a/{TEMP_PREFIX}x")), b"junk").unwrap();
+        assert_eq!(sweep_temp_files(dir.path()), 1);
+    }
+}

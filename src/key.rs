@@ -1,0 +1,279 @@
+//! The action key: sha256 over everything that determines an artifact, and nothing else.
+//!
+//! One function ([`action_preimage`]) lists the inputs as named strings; the key is the
+//! [`Preimage`] digest under a versioned domain. The preimage is stored with the action
+//! entry, so `kart explain` can name the input that changed between two keys.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::digest::{Preimage, sha256_file};
+use crate::error::Result;
+use crate::manifest::{Config, KERNEL_FILE, Kernel};
+use crate::target::TargetArch;
+use crate::toolchain::{Toolchain, collect_files};
+
+/// Bump when anything about the key's inputs or encoding changes: every key changes
+/// with it, so every artifact is rebuilt (or fetched) once.
+pub const KEY_FORMAT_VERSION: u32 = 1;
+
+/// What kind of file an artifact is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ArtifactKind {
+    /// Machine code for one real architecture, loaded with no JIT.
+    Cubin,
+    /// PTX for the target's virtual architecture; JIT-compiled by the driver, so only
+    /// loaded when the caller allows JIT.
+    Ptx,
+}
+
+impl std::fmt::Display for ArtifactKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ArtifactKind::Cubin => "cubin",
+            ArtifactKind::Ptx => "ptx",
+        })
+    }
+}
+
+/// The paths (relative to the project root, `/`-separated) and sha256 of every input
+/// file of a kernel: its folder minus `kernel.toml` and dot-files (editor leftovers),
+/// plus every file of its declared include folders. Sorted, without duplicates.
+pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<String, String>> {
+    let mut files = BTreeMap::new();
+    let kernel_toml = kernel.dir.join(KERNEL_FILE);
+    for dir in std::iter::once(&kernel.dir).chain(&kernel.include) {
+        let mut rel = Vec::new();
+        collect_files(&root.join(dir), &root.join(dir), &mut rel)?;
+        for r in rel {
+            let path = dir.join(&r);
+            let hidden = r.split('/').any(|c| c.starts_with('.'));
+            if path == kernel_toml || hidden {
+                continue;
+            }
+            let name = path.to_string_lossy().replace('\\', "/");
+            if let std::collections::btree_map::Entry::Vacant(slot) = files.entry(name) {
+                slot.insert(sha256_file(&root.join(&path))?);
+            }
+        }
+    }
+    Ok(files)
+}
+
+/// Every input of one artifact, in a fixed order.
+pub fn action_preimage(
+    toolchain: &Toolchain,
+    kernel: &Kernel,
+    config: &Config,
+    target: TargetArch,
+    kind: ArtifactKind,
+    files: &BTreeMap<String, String>,
+) -> Preimage {
+    let mut p = Preimage::default();
+    p.push("key format", KEY_FORMAT_VERSION.to_string());
+    p.push("toolchain: nvcc --version", toolchain.version_text.clone());
+    for (name, hash) in &toolchain.components.0 {
+        p.push(format!("toolchain: {name}"), hash.clone());
+    }
+    p.push("output", kind.to_string());
+    p.push("target", target.to_string());
+    p.push(
+        "compiled source",
+        kernel.sources[0].to_string_lossy().replace('\\', "/"),
+    );
+    p.push("entry", kernel.entry.join(" "));
+    // JSON keeps the flags' order and boundaries ("-a b" is not "-a", "b").
+    p.push(
+        "flags",
+        serde_json::to_string(&kernel.flags).unwrap_or_default(),
+    );
+    for (name, value) in &kernel.defines {
+        p.push(format!("define {name}"), value.to_string());
+    }
+    for (name, value) in &config.0 {
+        p.push(format!("param {name}"), value.to_string());
+    }
+    for dir in &kernel.include {
+        p.push("include dir", dir.to_string_lossy().replace('\\', "/"));
+    }
+    for (path, hash) in files {
+        p.push(format!("file {path}"), hash.clone());
+    }
+    p
+}
+
+/// The action key of a preimage.
+pub fn action_key(preimage: &Preimage) -> String {
+    preimage.digest("kart-action-key")
+}
+
+/// One line per input that differs between two preimages: changed, added or removed.
+pub fn diff_preimages(old: &Preimage, new: &Preimage) -> Vec<String> {
+    let old_map: BTreeMap<&str, &str> = old
+        .0
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let new_map: BTreeMap<&str, &str> = new
+        .0
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let mut lines = Vec::new();
+    for (name, value) in &new_map {
+        match old_map.get(name) {
+            None => lines.push(format!("added   {name} = {}", short(value))),
+            Some(old) if old != value => lines.push(format!(
+                "changed {name}: {} -> {}",
+                short(old),
+                short(value)
+            )),
+            _ => {}
+        }
+    }
+    for (name, value) in &old_map {
+        if !new_map.contains_key(name) {
+            lines.push(format!("removed {name} = {}", short(value)));
+        }
+    }
+    // Include-dir entries repeat their name; compare them as a set as well.
+    let dirs = |p: &Preimage| -> Vec<String> {
+        p.0.iter()
+            .filter(|(k, _)| k == "include dir")
+            .map(|(_, v)| v.clone())
+            .collect()
+    };
+    if dirs(old) != dirs(new) && !lines.iter().any(|l| l.contains("include dir")) {
+        lines.push(format!(
+            "changed include dirs: {:?} -> {:?}",
+            dirs(old),
+            dirs(new)
+        ));
+    }
+    lines
+}
+
+fn short(value: &str) -> String {
+    let one_line = value.lines().next().unwrap_or("");
+    let cut: String = one_line.chars().take(70).collect();
+    if cut.len() < one_line.len() || value.contains('\n') {
+        format!("{cut}…")
+    } else {
+        cut
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::ParamValue;
+
+    fn fixture() -> (Toolchain, Kernel) {
+        let mut components = Preimage::default();
+        components.push("bin/nvcc", "1".repeat(64));
+        components.push("include/", "2".repeat(64));
+        let toolchain = Toolchain {
+            nvcc: "/opt/cuda/bin/nvcc".into(),
+            root: "/opt/cuda".into(),
+            version_text: "Cuda compilation tools, release 13.0, V13.0.88\n".into(),
+            release: "13.0.88".into(),
+            fingerprint: "f".repeat(64),
+            components,
+            gpu_codes: vec!["sm_90".into()],
+        };
+        let kernel = Kernel {
+            name: "vadd".into(),
+            dir: "kernels/vadd".into(),
+            manifest: "kernels/vadd/kernel.toml".into(),
+            sources: vec!["kernels/vadd/vadd.cu".into()],
+            include: vec!["kernels/common".into()],
+            entry: vec!["vadd".into()],
+            targets: vec![],
+            flags: vec!["-O3".into(), "-lineinfo".into()],
+            defines: [("USE_X".to_string(), ParamValue::Int(1))].into(),
+            ptx: false,
+            params: BTreeMap::new(),
+            exclude: vec![],
+        };
+        (toolchain, kernel)
+    }
+
+    fn key_of(toolchain: &Toolchain, kernel: &Kernel, config: &Config) -> String {
+        let files: BTreeMap<String, String> = [
+            ("kernels/vadd/vadd.cu".to_string(), "3".repeat(64)),
+            ("kernels/common/util.h".to_string(), "4".repeat(64)),
+        ]
+        .into();
+        let target = "sm_90".parse().unwrap();
+        action_preimage(
+            toolchain,
+            kernel,
+            config,
+            target,
+            ArtifactKind::Cubin,
+            &files,
+        )
+        .pipe(|p| action_key(&p))
+    }
+
+    trait Pipe: Sized {
+        fn pipe<R>(self, f: impl FnOnce(Self) -> R) -> R {
+            f(self)
+        }
+    }
+    impl<T> Pipe for T {}
+
+    /// Pins the encoding: if this fails, the key format changed, and
+    /// KEY_FORMAT_VERSION must be bumped with it (and this constant updated).
+    #[test]
+    fn key_is_pinned() {
+        let (toolchain, kernel) = fixture();
+        let config = Config([("BLOCK".to_string(), ParamValue::Int(64))].into());
+        assert_eq!(
+            key_of(&toolchain, &kernel, &config),
+            "48cc656be770fa11b49d59c9fbb14ff664e6b60bf732278dfc3a8aaa27f65b04"
+        );
+    }
+
+    #[test]
+    fn key_ignores_machine_specific_paths_and_sees_every_input() {
+        let (toolchain, kernel) = fixture();
+        let config = Config([("BLOCK".to_string(), ParamValue::Int(64))].into());
+        let base = key_of(&toolchain, &kernel, &config);
+
+        let mut moved = toolchain.clone();
+        moved.nvcc = "/elsewhere/bin/nvcc".into();
+        moved.root = "/elsewhere".into();
+        assert_eq!(key_of(&moved, &kernel, &config), base);
+
+        let mut other = kernel.clone();
+        other.flags.reverse();
+        assert_ne!(key_of(&toolchain, &other, &config), base);
+        let mut other = kernel.clone();
+        other.defines.insert("USE_X".into(), ParamValue::Int(2));
+        assert_ne!(key_of(&toolchain, &other, &config), base);
+        let config2 = Config([("BLOCK".to_string(), ParamValue::Int(128))].into());
+        assert_ne!(key_of(&toolchain, &kernel, &config2), base);
+        let mut tc = toolchain.clone();
+        tc.components.0[1].1 = "5".repeat(64);
+        assert_ne!(key_of(&tc, &kernel, &config), base);
+    }
+
+    #[test]
+    fn diff_names_the_changed_input() {
+        let mut a = Preimage::default();
+        a.push("target", "sm_90");
+        a.push("file k.cu", "1");
+        let mut b = a.clone();
+        b.0[1].1 = "2".into();
+        b.push("file new.h", "3");
+        let lines = diff_preimages(&a, &b);
+        assert_eq!(
+            lines,
+            vec!["changed file k.cu: 1 -> 2", "added   file new.h = 3"]
+        );
+    }
+}

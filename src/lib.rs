@@ -1,0 +1,33 @@
+//! kart (kernel artifacts): compile every configuration of a set of CUDA kernels to
+//! cubin offline, store each binary under the sha256 of its bytes, and load them at run
+//! time through the CUDA driver with no nvcc, NVRTC or JIT on the hot path.
+//!
+//! The pieces, each one job:
+//! - [`manifest`]: `kart.toml` and `kernel.toml`, the param grid;
+//! - [`toolchain`]: finding nvcc and fingerprinting it;
+//! - [`key`]: the action key over every input of an artifact;
+//! - [`compile`] and [`process`]: one nvcc run, under a timeout, checked;
+//! - [`cubin`]: what a cubin says about itself;
+//! - [`store`]: the content-addressed local store;
+//! - [`lockfile`]: the `kart.lock` file;
+//! - [`build`]: planning and running a build, the `--locked` check;
+//! - [`maintain`]: `verify`, `gc`, `ls`.
+#![deny(missing_docs)]
+
+pub mod build;
+pub mod compile;
+pub mod cubin;
+pub mod digest;
+pub mod error;
+pub mod fsutil;
+pub mod key;
+pub mod lockfile;
+pub mod maintain;
+pub mod manifest;
+pub mod process;
+pub mod smoke;
+pub mod store;
+pub mod target;
+pub mod toolchain;
+
+pub use error::{Error, Result};

@@ -1,0 +1,242 @@
+//! `kart.lock`: the committed list of every artifact, the trust root of every reader.
+//!
+//! Sorted by (kernel, config, target, kind), no time, no absolute path: the same inputs
+//! and toolchain give the same bytes on any machine, so the file diffs cleanly.
+
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cubin::EntryInfo;
+use crate::digest::is_sha256_hex;
+use crate::error::Result;
+use crate::fsutil::write_atomic;
+use crate::key::ArtifactKind;
+use crate::manifest::{Config, SourceFile, read_text};
+use crate::target::TargetArch;
+
+/// The lock's file name, beside `kart.toml`.
+pub const LOCK_FILE: &str = "kart.lock";
+
+/// Bump when a field is added, removed or changes meaning.
+pub const LOCK_VERSION: u32 = 1;
+
+const HEADER: &str = "# kart.lock: every artifact of this project, written by `kart build`.\n\
+# Commit it; do not edit it. Readers trust exactly the digests listed here.\n\n";
+
+/// One artifact of the lock.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedArtifact {
+    /// Kernel name.
+    pub kernel: String,
+    /// The config's params.
+    pub config: Config,
+    /// Target, `sm_90a`.
+    pub target: String,
+    /// cubin or PTX.
+    pub kind: ArtifactKind,
+    /// The action key.
+    pub key: String,
+    /// sha256 of the artifact's bytes.
+    pub digest: String,
+    /// Its size in bytes.
+    pub size: u64,
+    /// The nvcc release that built it (the driver must support it).
+    pub nvcc: String,
+    /// Entry points and their resources.
+    pub entries: Vec<EntryInfo>,
+}
+
+impl LockedArtifact {
+    /// The sort key and identity of an artifact: (kernel, config, target, kind).
+    pub fn id(&self) -> (&str, &Config, &str, ArtifactKind) {
+        (&self.kernel, &self.config, &self.target, self.kind)
+    }
+
+    /// `kernel[config] target (kind)`, for messages.
+    pub fn describe(&self) -> String {
+        describe(&self.kernel, &self.config, &self.target, self.kind)
+    }
+}
+
+/// `kernel[config] target`, plus the kind when it is PTX.
+pub fn describe(kernel: &str, config: &Config, target: &str, kind: ArtifactKind) -> String {
+    let kind = match kind {
+        ArtifactKind::Cubin => String::new(),
+        ArtifactKind::Ptx => " (ptx)".into(),
+    };
+    format!("{kernel}[{config}] {target}{kind}")
+}
+
+/// The whole lock.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Lockfile {
+    /// [`LOCK_VERSION`].
+    pub version: u32,
+    /// Every artifact, sorted.
+    #[serde(default, rename = "artifact")]
+    pub artifacts: Vec<LockedArtifact>,
+}
+
+impl Lockfile {
+    /// An empty lock of the current version.
+    pub fn new(mut artifacts: Vec<LockedArtifact>) -> Lockfile {
+        artifacts.sort_by(|a, b| a.id().cmp(&b.id()));
+        artifacts.dedup_by(|a, b| a.id() == b.id());
+        Lockfile {
+            version: LOCK_VERSION,
+            artifacts,
+        }
+    }
+
+    /// Reads and validates `path`; a missing file is `Ok(None)`. `shown` is the path
+    /// used in messages (relative to the project).
+    pub fn read(path: &Path, shown: &Path) -> Result<Option<Lockfile>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = read_text(path)?;
+        Lockfile::parse(&text, shown).map(Some)
+    }
+
+    /// Parses and validates lock text.
+    pub fn parse(text: &str, shown: &Path) -> Result<Lockfile> {
+        let file = SourceFile {
+            path: shown.to_path_buf(),
+            text,
+        };
+        let lock: Lockfile = file.parse()?;
+        let bad = |i: usize, message: String| {
+            // Point at the i-th `[[artifact]]` header.
+            let offset = text
+                .match_indices("[[artifact]]")
+                .nth(i)
+                .map_or(0, |(o, _)| o);
+            file.error(
+                offset..offset,
+                message,
+                "regenerate the lock with `kart build` (and resolve merge conflicts that way)",
+            )
+        };
+        if lock.version != LOCK_VERSION {
+            return Err(file.error(
+                0..0,
+                format!("lock version {} is not {LOCK_VERSION}", lock.version),
+                "regenerate it with this kart's `kart build`, or use the kart that wrote it",
+            ));
+        }
+        for (i, a) in lock.artifacts.iter().enumerate() {
+            if !is_sha256_hex(&a.digest) || !is_sha256_hex(&a.key) {
+                return Err(bad(
+                    i,
+                    format!(
+                        "{}: key and digest must be 64 lower-case hex digits",
+                        a.describe()
+                    ),
+                ));
+            }
+            if let Err(e) = a.target.parse::<TargetArch>() {
+                return Err(bad(i, e.0));
+            }
+            if a.entries.is_empty() {
+                return Err(bad(i, format!("{}: no entries", a.describe())));
+            }
+            if i > 0 && lock.artifacts[i - 1].id() >= a.id() {
+                return Err(bad(
+                    i,
+                    format!("{} is out of order or repeated", a.describe()),
+                ));
+            }
+        }
+        Ok(lock)
+    }
+
+    /// The lock's text.
+    pub fn to_text(&self) -> String {
+        // Serializing plain structs of strings and integers cannot fail.
+        let body = toml::to_string(self).unwrap_or_default();
+        format!("{HEADER}{body}")
+    }
+
+    /// Writes the lock atomically, only if its content changed.
+    pub fn write(&self, path: &Path) -> Result<bool> {
+        let text = self.to_text();
+        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+            return Ok(false);
+        }
+        write_atomic(path, text.as_bytes())?;
+        Ok(true)
+    }
+
+    /// The artifact with this identity.
+    pub fn find(
+        &self,
+        kernel: &str,
+        config: &Config,
+        target: &str,
+        kind: ArtifactKind,
+    ) -> Option<&LockedArtifact> {
+        let id = (kernel, config, target, kind);
+        self.artifacts
+            .binary_search_by(|a| a.id().cmp(&id))
+            .ok()
+            .map(|i| &self.artifacts[i])
+    }
+}
+
+/// `kart.lock` beside the project's `kart.toml`.
+pub fn lock_path(root: &Path) -> PathBuf {
+    root.join(LOCK_FILE)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::error::Error;
+    use crate::manifest::ParamValue;
+
+    fn artifact(kernel: &str, block: i64) -> LockedArtifact {
+        LockedArtifact {
+            kernel: kernel.into(),
+            config: Config([("BLOCK".to_string(), ParamValue::Int(block))].into()),
+            target: "sm_90".into(),
+            kind: ArtifactKind::Cubin,
+            key: "a".repeat(64),
+            digest: "b".repeat(64),
+            size: 100,
+            nvcc: "13.0.88".into(),
+            entries: vec![EntryInfo {
+                name: kernel.into(),
+                registers: 32,
+                ..EntryInfo::default()
+            }],
+        }
+    }
+
+    #[test]
+    fn round_trips_sorted() {
+        let lock = Lockfile::new(vec![artifact("b", 1), artifact("a", 2), artifact("a", 1)]);
+        let text = lock.to_text();
+        let back = Lockfile::parse(&text, Path::new("kart.lock")).unwrap();
+        assert_eq!(back, lock);
+        assert_eq!(back.artifacts[0].kernel, "a");
+        assert!(
+            back.find("a", &artifact("a", 2).config, "sm_90", ArtifactKind::Cubin)
+                .is_some()
+        );
+    }
+
+    #[test]
+    fn bad_digest_names_the_line() {
+        let mut lock = Lockfile::new(vec![artifact("a", 1), artifact("b", 1)]);
+        lock.artifacts[1].digest = "../../etc/passwd".into();
+        let err = Lockfile::parse(&lock.to_text(), Path::new("kart.lock")).unwrap_err();
+        let Error::InvalidFile { line, message, .. } = &err else {
+            panic!("{err}")
+        };
+        assert!(message.contains("64 lower-case hex"), "{message}");
+        assert!(*line > 5, "{line}");
+    }
+}

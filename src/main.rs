@@ -1,0 +1,544 @@
+//! The `kart` command: argument parsing, progress drawing and exit codes. Everything
+//! else is in the library.
+
+use std::io::IsTerminal;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+
+use kart::build::{
+    BuildOptions, BuildReporter, Selection, Shard, Workspace, build, explain_change, parse_param,
+};
+use kart::compile::CompileFailure;
+use kart::error::{Error, Result};
+use kart::key::{ArtifactKind, action_key, action_preimage, kernel_input_files};
+use kart::lockfile::describe;
+use kart::maintain;
+use kart::manifest::{Config, ParamValue, Project};
+use kart::store::LockMode;
+use kart::target::TargetArch;
+
+/// kart (kernel artifacts): compile every config of your CUDA kernels to cubin offline,
+/// keep them by content, load them at run time with no JIT.
+#[derive(Parser)]
+#[command(name = "kart", version, about, long_about = None, propagate_version = true)]
+struct Cli {
+    /// Run as if started in this folder (kart.toml is searched from here upwards).
+    #[arg(short = 'C', long, global = true, value_name = "DIR")]
+    directory: Option<PathBuf>,
+    /// nvcc to use (default: KART_NVCC, .toolchain/, CUDA_HOME, CUDA_PATH, PATH).
+    #[arg(long, global = true, value_name = "PATH", env = "KART_NVCC")]
+    nvcc: Option<PathBuf>,
+    /// Print nothing but data and errors.
+    #[arg(short, long, global = true)]
+    quiet: bool,
+    /// Seconds to wait for another kart process holding the store.
+    #[arg(long, global = true, default_value_t = 60, value_name = "SECONDS")]
+    lock_timeout: u64,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Compile every missing artifact of the selection and write kart.lock.
+    ///
+    /// Takes each artifact from the store when its action key is there, else compiles
+    /// it. The first build with a new toolchain compiles the built-in smoke kernel
+    /// first and stops within seconds if nvcc cannot build it.
+    Build(BuildArgs),
+    /// List the artifacts of kart.lock with their resources.
+    Ls {
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every input of an artifact's action key and what changed against the lock.
+    Explain {
+        /// The kernel.
+        kernel: String,
+        /// Param values (all params of the kernel): -p BLOCK_M=64 -p NUM_WARPS=4.
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, ParamValue)>,
+        /// The target (default: the kernel's first).
+        #[arg(long)]
+        target: Option<TargetArch>,
+        /// Explain the PTX artifact instead of the cubin.
+        #[arg(long)]
+        ptx: bool,
+    },
+    /// Re-hash every blob and entry of the store; quarantine corrupt ones (exit 1).
+    Verify {
+        /// Also recompile N artifacts of the lock, sampled, and compare digests.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        rebuild: usize,
+        /// Seed of the sample (default: the clock).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove blobs and entries kart.lock no longer names.
+    Gc {
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[derive(Args)]
+struct BuildArgs {
+    /// Kernels to build (default: all).
+    kernels: Vec<String>,
+    /// Only configs with these param values: -p BLOCK_M=64.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    params: Vec<(String, ParamValue)>,
+    /// Only these targets (each must be listed in the kernel's targets).
+    #[arg(long = "target", value_name = "sm_XX")]
+    targets: Vec<TargetArch>,
+    /// Parallel nvcc processes (default: the number of cores).
+    #[arg(short, long)]
+    jobs: Option<usize>,
+    /// Seconds before an nvcc run is killed, with every process it started.
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    timeout: u64,
+    /// Compile nothing: check that every action key equals kart.lock's (exit 1 if not).
+    #[arg(long, conflicts_with = "shard")]
+    locked: bool,
+    /// Build only slice I of N (1-based) of the selection, and write only the store.
+    #[arg(long, value_name = "I/N")]
+    shard: Option<Shard>,
+    /// Replay nvcc's stored warnings for artifacts taken from the store.
+    #[arg(short, long)]
+    verbose: bool,
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(&cli) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                eprintln!("  caused by: {s}");
+                source = s.source();
+            }
+            if let Some(hint) = e.hint() {
+                eprintln!("hint: {hint}");
+            }
+            ExitCode::from(e.exit_code() as u8)
+        }
+    }
+}
+
+fn run(cli: &Cli) -> Result<ExitCode> {
+    let cwd = match &cli.directory {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| Error::Io {
+            action: "read the current folder",
+            path: PathBuf::from("."),
+            source: e,
+        })?,
+    };
+    let project = Project::discover(&cwd)?;
+    let lock_timeout = Duration::from_secs(cli.lock_timeout);
+    match &cli.command {
+        Command::Build(args) => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_build(cli, &ws, args)
+        }
+        Command::Ls { json } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_ls(&ws, *json)
+        }
+        Command::Explain {
+            kernel,
+            params,
+            target,
+            ptx,
+        } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_explain(cli, &ws, kernel, params, *target, *ptx)
+        }
+        Command::Verify {
+            rebuild,
+            seed,
+            json,
+        } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            let seed = seed.unwrap_or_else(|| {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos() as u64)
+            });
+            let report = maintain::verify(&ws, *rebuild, seed, cli.nvcc.as_deref())?;
+            if *json {
+                println!(
+                    "{}",
+                    serde_json::to_string_pretty(&report).unwrap_or_default()
+                );
+            } else {
+                print_verify(&report, *rebuild, seed);
+            }
+            Ok(if report.clean() {
+                ExitCode::SUCCESS
+            } else {
+                ExitCode::from(1)
+            })
+        }
+        Command::Gc { dry_run } => {
+            let ws = Workspace::open(project, LockMode::Exclusive, lock_timeout)?;
+            let report = maintain::gc(&ws, *dry_run)?;
+            let verb = if *dry_run { "would remove" } else { "removed" };
+            println!(
+                "{verb} {} blobs ({:.1} KiB) and {} action entries not named by kart.lock",
+                report.blobs.len(),
+                report.bytes as f64 / 1024.0,
+                report.entries.len()
+            );
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+/// Draws build progress: a bar on a terminal, plain lines otherwise, nothing with -q.
+struct CliReporter {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+    lines: Mutex<()>,
+}
+
+impl CliReporter {
+    fn new(quiet: bool) -> CliReporter {
+        CliReporter {
+            bar: None,
+            quiet,
+            lines: Mutex::new(()),
+        }
+    }
+
+    fn say(&self, line: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => {
+                let _guard = self.lines.lock();
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+impl BuildReporter for CliReporter {
+    fn planned(&self, selected: usize, to_compile: usize) {
+        if to_compile > 0 {
+            self.say(&format!(
+                "{selected} artifacts selected, {to_compile} to compile"
+            ));
+        }
+    }
+
+    fn compiled(&self, artifact: &str, result: std::result::Result<Duration, &CompileFailure>) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+        match result {
+            Ok(elapsed) => {
+                if self.bar.is_none() {
+                    self.say(&format!(
+                        "  compiled {artifact} ({:.1} s)",
+                        elapsed.as_secs_f64()
+                    ));
+                }
+            }
+            Err(failure) => {
+                // Failures are shown in full as they happen, even with --quiet.
+                let msg = format!("error: {artifact}: {failure}");
+                match &self.bar {
+                    Some(bar) => bar.println(msg),
+                    None => eprintln!("{msg}"),
+                }
+            }
+        }
+    }
+
+    fn note(&self, message: &str) {
+        self.say(message);
+    }
+}
+
+fn cmd_build(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
+    let start = Instant::now();
+    let mut options = BuildOptions {
+        selection: Selection {
+            kernels: args.kernels.clone(),
+            params: args.params.iter().cloned().collect(),
+            targets: args.targets.clone(),
+        },
+        timeout: Duration::from_secs(args.timeout.max(1)),
+        locked: args.locked,
+        shard: args.shard,
+        nvcc: cli.nvcc.clone(),
+        lock_timeout: Duration::from_secs(cli.lock_timeout),
+        ..BuildOptions::default()
+    };
+    if let Some(jobs) = args.jobs {
+        if jobs == 0 {
+            return Err(Error::usage("--jobs must be at least 1", None));
+        }
+        options.jobs = jobs;
+    }
+    let mut reporter = CliReporter::new(cli.quiet);
+    let show_bar = !cli.quiet && std::io::stderr().is_terminal() && !args.locked;
+    let reporter_ref: &CliReporter = if show_bar {
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(
+                "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} compiled, eta {eta}",
+            )
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        reporter.bar = Some(bar);
+        &reporter
+    } else {
+        &reporter
+    };
+    struct WithBar<'a>(&'a CliReporter);
+    impl BuildReporter for WithBar<'_> {
+        fn planned(&self, selected: usize, to_compile: usize) {
+            if let Some(bar) = &self.0.bar {
+                bar.set_length(to_compile as u64);
+                if to_compile == 0 {
+                    bar.finish_and_clear();
+                }
+            }
+            self.0.planned(selected, to_compile);
+        }
+        fn compiled(&self, artifact: &str, result: std::result::Result<Duration, &CompileFailure>) {
+            self.0.compiled(artifact, result);
+        }
+        fn note(&self, message: &str) {
+            self.0.note(message);
+        }
+    }
+    let result = build(ws, &options, &WithBar(reporter_ref));
+    if let Some(bar) = &reporter_ref.bar {
+        bar.finish_and_clear();
+    }
+    let summary = result?;
+    if args.verbose {
+        replay_warnings(ws, cli.nvcc.as_deref(), &options.selection)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if !cli.quiet {
+        if args.locked {
+            eprintln!(
+                "kart.lock is up to date: {} artifacts checked in {secs:.3} s",
+                summary.selected
+            );
+        } else {
+            let lock = match (options.shard, summary.lock_changed) {
+                (Some(s), _) => format!("shard {}/{}: kart.lock not written", s.index, s.count),
+                (None, true) => format!("kart.lock updated ({} artifacts)", summary.lock_entries.0),
+                (None, false) => "kart.lock unchanged".into(),
+            };
+            eprintln!(
+                "{} artifacts: {} compiled, {} from the store in {secs:.3} s; {lock}",
+                summary.selected, summary.compiled, summary.from_store
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn replay_warnings(
+    ws: &Workspace,
+    nvcc: Option<&std::path::Path>,
+    selection: &Selection,
+) -> Result<()> {
+    let toolchain = ws.toolchain(nvcc)?;
+    let planned = ws.plan(&toolchain)?;
+    for p in ws.select(&planned, selection)? {
+        if let Ok(Some(entry)) = ws.store.get_entry(&p.key) {
+            let warnings: Vec<&str> = entry
+                .stderr
+                .lines()
+                .filter(|l| {
+                    !l.starts_with("ptxas info") && !l.starts_with("    ") && !l.trim().is_empty()
+                })
+                .collect();
+            if !warnings.is_empty() {
+                eprintln!("{} {}:", entry.kernel, entry.config);
+                for w in warnings {
+                    eprintln!("  {w}");
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cmd_ls(ws: &Workspace, json: bool) -> Result<ExitCode> {
+    let rows = maintain::list(ws)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&rows).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cfg_width = rows
+        .iter()
+        .map(|r| r.config.to_string().len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let kernel_width = rows
+        .iter()
+        .map(|r| r.kernel.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!(
+        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}",
+        "KERNEL", "CONFIG", "TARGET", "SIZE", "REGS", "SMEM", "SPILLS", "LOCAL"
+    );
+    for r in &rows {
+        let target = if r.kind == "ptx" {
+            format!("{} ptx", r.target)
+        } else {
+            r.target.clone()
+        };
+        println!(
+            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}",
+            r.kernel,
+            r.config.to_string(),
+            target,
+            r.size,
+            r.registers,
+            r.shared_bytes,
+            r.spill_bytes,
+            if r.local { "yes" } else { "no" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_explain(
+    cli: &Cli,
+    ws: &Workspace,
+    kernel_name: &str,
+    params: &[(String, ParamValue)],
+    target: Option<TargetArch>,
+    ptx: bool,
+) -> Result<ExitCode> {
+    let kernel = ws.project.kernel(kernel_name)?;
+    let config = Config(params.iter().cloned().collect());
+    let missing: Vec<&String> = kernel
+        .params
+        .keys()
+        .filter(|k| !config.0.contains_key(*k))
+        .collect();
+    let unknown: Vec<&String> = config
+        .0
+        .keys()
+        .filter(|k| !kernel.params.contains_key(*k))
+        .collect();
+    if !missing.is_empty() || !unknown.is_empty() {
+        return Err(Error::usage(
+            format!("explain needs one value for each param of `{kernel_name}`"),
+            Some(format!(
+                "missing: {}; unknown: {}; params: {}",
+                list(&missing),
+                list(&unknown),
+                kernel.params.keys().cloned().collect::<Vec<_>>().join(", ")
+            )),
+        ));
+    }
+    if !kernel.configs().contains(&config) {
+        return Err(Error::usage(
+            format!(
+                "{config} is not a config of `{kernel_name}` (a value is not in the grid, or it is excluded)"
+            ),
+            None,
+        ));
+    }
+    let target = target.unwrap_or(kernel.targets[0]);
+    let kind = if ptx {
+        ArtifactKind::Ptx
+    } else {
+        ArtifactKind::Cubin
+    };
+    let toolchain = ws.toolchain(cli.nvcc.as_deref())?;
+    let files = kernel_input_files(&ws.project.root, kernel)?;
+    let preimage = action_preimage(&toolchain, kernel, &config, target, kind, &files);
+    let key = action_key(&preimage);
+    println!(
+        "{}",
+        describe(kernel_name, &config, &target.to_string(), kind)
+    );
+    println!("action key {key}");
+    for (name, value) in &preimage.0 {
+        let value = value.lines().collect::<Vec<_>>().join(" | ");
+        println!("  {name}: {value}");
+    }
+    let lock = ws.lock()?;
+    match lock.find(kernel_name, &config, &target.to_string(), kind) {
+        None => println!("not in kart.lock"),
+        Some(a) if a.key == key => println!("matches kart.lock (blob {})", a.digest),
+        Some(a) => {
+            println!("differs from kart.lock (locked key {}):", a.key);
+            for line in explain_change(ws, &a.key, &preimage) {
+                println!("  {line}");
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn list(items: &[&String]) -> String {
+    if items.is_empty() {
+        "none".into()
+    } else {
+        items
+            .iter()
+            .map(|s| s.as_str())
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+}
+
+fn print_verify(report: &maintain::VerifyReport, rebuild: usize, seed: u64) {
+    println!(
+        "{} blobs ok, {} corrupt; {} action entries ok, {} corrupt; {} locked blobs not in the store",
+        report.blobs_ok,
+        report.blobs_corrupt.len(),
+        report.entries_ok,
+        report.entries_corrupt.len(),
+        report.missing.len()
+    );
+    for d in &report.blobs_corrupt {
+        println!("corrupt blob {d} (quarantined)");
+    }
+    for k in &report.entries_corrupt {
+        println!("corrupt action entry {k} (quarantined)");
+    }
+    if rebuild > 0 {
+        println!(
+            "rebuilt {} artifacts (seed {seed}): {} differ from kart.lock",
+            report.rebuilt,
+            report.rebuild_mismatches.len()
+        );
+        for (what, locked, rebuilt) in &report.rebuild_mismatches {
+            println!("nondeterministic: {what}: lock {locked}, rebuilt {rebuilt}");
+        }
+    }
+}

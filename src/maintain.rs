@@ -1,0 +1,210 @@
+//! `kart verify`, `kart gc` and `kart ls`: checking, pruning and listing the store
+//! against the lock.
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde::Serialize;
+
+use crate::build::Workspace;
+use crate::compile::{CompileJob, compile};
+use crate::digest::sha256_hex;
+use crate::error::{Error, Result};
+use crate::lockfile::LockedArtifact;
+use crate::manifest::Config;
+
+/// What `kart verify` found.
+#[derive(Debug, Default, Serialize)]
+pub struct VerifyReport {
+    /// Blobs whose bytes match their digest.
+    pub blobs_ok: usize,
+    /// Corrupt blobs (now quarantined), by digest.
+    pub blobs_corrupt: Vec<String>,
+    /// Action entries that parse and validate.
+    pub entries_ok: usize,
+    /// Unreadable action entries (now quarantined).
+    pub entries_corrupt: Vec<String>,
+    /// Lock digests with no blob in the store.
+    pub missing: Vec<String>,
+    /// Rebuilt artifacts whose digest differs from the lock: (artifact, lock, rebuilt).
+    pub rebuild_mismatches: Vec<(String, String, String)>,
+    /// Artifacts rebuilt.
+    pub rebuilt: usize,
+}
+
+impl VerifyReport {
+    /// True when nothing is corrupt or nondeterministic (missing blobs are not
+    /// corruption: `kart build` or `kart fetch` brings them).
+    pub fn clean(&self) -> bool {
+        self.blobs_corrupt.is_empty()
+            && self.entries_corrupt.is_empty()
+            && self.rebuild_mismatches.is_empty()
+    }
+}
+
+/// Re-hashes every blob and re-reads every entry; with `rebuild > 0`, recompiles that
+/// many artifacts of the lock (sampled with `seed`) and compares digests.
+pub fn verify(
+    ws: &Workspace,
+    rebuild: usize,
+    seed: u64,
+    nvcc: Option<&std::path::Path>,
+) -> Result<VerifyReport> {
+    let mut report = VerifyReport::default();
+    for digest in ws.store.blob_digests()? {
+        match ws.store.read_blob(&digest, None) {
+            Ok(_) => report.blobs_ok += 1,
+            Err(Error::CorruptBlob { .. }) => report.blobs_corrupt.push(digest),
+            Err(e) => return Err(e),
+        }
+    }
+    for key in ws.store.entry_keys()? {
+        match ws.store.get_entry(&key) {
+            Ok(_) => report.entries_ok += 1,
+            Err(Error::CorruptEntry { .. }) => report.entries_corrupt.push(key),
+            Err(e) => return Err(e),
+        }
+    }
+    let lock = ws.lock()?;
+    for a in &lock.artifacts {
+        if !ws.store.has_blob(&a.digest) && !report.missing.contains(&a.digest) {
+            report.missing.push(a.digest.clone());
+        }
+    }
+    if rebuild > 0 && !lock.artifacts.is_empty() {
+        let toolchain = ws.toolchain(nvcc)?;
+        for a in sample(&lock.artifacts, rebuild, seed) {
+            let kernel = ws.project.kernel(&a.kernel)?;
+            let target = a
+                .target
+                .parse()
+                .map_err(|e: crate::target::BadTarget| Error::usage(e.0, None))?;
+            let scratch = ws.store.scratch_dir()?;
+            let job = CompileJob {
+                root: &ws.project.root,
+                toolchain: &toolchain,
+                kernel,
+                config: &a.config,
+                target,
+                kind: a.kind,
+                timeout: Duration::from_secs(600),
+            };
+            let out = compile(&job, scratch.path()).map_err(|f| Error::BuildFailed {
+                failed: vec![format!("  {}: {f}", a.describe())],
+                total: 1,
+            })?;
+            report.rebuilt += 1;
+            let digest = sha256_hex(&out.bytes);
+            if digest != a.digest {
+                report
+                    .rebuild_mismatches
+                    .push((a.describe(), a.digest.clone(), digest));
+            }
+        }
+    }
+    Ok(report)
+}
+
+/// `n` distinct artifacts picked by a small deterministic generator from `seed`.
+fn sample(artifacts: &[LockedArtifact], n: usize, seed: u64) -> Vec<&LockedArtifact> {
+    let mut indices: Vec<usize> = (0..artifacts.len()).collect();
+    let mut state = seed ^ 0x9E37_79B9_7F4A_7C15;
+    for i in (1..indices.len()).rev() {
+        // xorshift64*: enough to spread a sample, not cryptography.
+        state ^= state >> 12;
+        state ^= state << 25;
+        state ^= state >> 27;
+        let r = state.wrapping_mul(0x2545_F491_4F6C_DD1D);
+        indices.swap(i, (r % (i as u64 + 1)) as usize);
+    }
+    indices.into_iter().take(n).map(|i| &artifacts[i]).collect()
+}
+
+/// What `kart gc` removed (or would remove).
+#[derive(Debug, Default, Serialize)]
+pub struct GcReport {
+    /// Blobs no lock entry names.
+    pub blobs: Vec<String>,
+    /// Action entries whose key the lock does not name.
+    pub entries: Vec<String>,
+    /// Compressed bytes freed.
+    pub bytes: u64,
+}
+
+/// Removes every blob and entry the lock does not name (the store must be held
+/// exclusively). With `dry_run`, only reports.
+pub fn gc(ws: &Workspace, dry_run: bool) -> Result<GcReport> {
+    let lock = ws.lock()?;
+    let keep_blobs: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.digest.as_str()).collect();
+    let keep_keys: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.key.as_str()).collect();
+    let mut report = GcReport::default();
+    for digest in ws.store.blob_digests()? {
+        if !keep_blobs.contains(digest.as_str()) {
+            report.bytes += if dry_run {
+                std::fs::metadata(ws.store.blob_path(&digest)).map_or(0, |m| m.len())
+            } else {
+                ws.store.remove_blob(&digest)?
+            };
+            report.blobs.push(digest);
+        }
+    }
+    for key in ws.store.entry_keys()? {
+        if !keep_keys.contains(key.as_str()) {
+            if !dry_run {
+                ws.store.remove_entry(&key)?;
+            }
+            report.entries.push(key);
+        }
+    }
+    Ok(report)
+}
+
+/// One row of `kart ls`.
+#[derive(Debug, Serialize)]
+pub struct ListRow {
+    /// Kernel.
+    pub kernel: String,
+    /// Config.
+    pub config: Config,
+    /// Target.
+    pub target: String,
+    /// cubin or ptx.
+    pub kind: String,
+    /// Bytes.
+    pub size: u64,
+    /// Max registers over the entries.
+    pub registers: u32,
+    /// Max static shared memory over the entries.
+    pub shared_bytes: u64,
+    /// Spilled bytes (stores + loads) over all entries.
+    pub spill_bytes: u64,
+    /// Whether the blob is in the local store.
+    pub local: bool,
+    /// The blob digest.
+    pub digest: String,
+}
+
+/// The lock as rows.
+pub fn list(ws: &Workspace) -> Result<Vec<ListRow>> {
+    Ok(ws
+        .lock()?
+        .artifacts
+        .into_iter()
+        .map(|a| ListRow {
+            registers: a.entries.iter().map(|e| e.registers).max().unwrap_or(0),
+            shared_bytes: a.entries.iter().map(|e| e.shared_bytes).max().unwrap_or(0),
+            spill_bytes: a
+                .entries
+                .iter()
+                .map(|e| e.spill_store_bytes + e.spill_load_bytes)
+                .sum(),
+            local: ws.store.has_blob(&a.digest),
+            kind: a.kind.to_string(),
+            kernel: a.kernel,
+            config: a.config,
+            target: a.target,
+            size: a.size,
+            digest: a.digest,
+        })
+        .collect())
+}

@@ -1,0 +1,863 @@
+//! `kart.toml` and `kernels/<name>/kernel.toml`: parsing, validation and the param grid.
+//!
+//! Everything here is pure file reading: no toolchain, no store. Each error names the
+//! file, line and column and what to write instead.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::ops::Range;
+use std::path::{Component, Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use toml::Spanned;
+
+use crate::error::{Error, IoContext, Result};
+use crate::target::TargetArch;
+
+/// The project manifest's file name.
+pub const PROJECT_FILE: &str = "kart.toml";
+/// A kernel manifest's file name.
+pub const KERNEL_FILE: &str = "kernel.toml";
+
+/// The value of a param or define: an integer or a C identifier.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ParamValue {
+    /// `-DNAME=128`
+    Int(i64),
+    /// `-DNAME=half`
+    Ident(String),
+}
+
+impl fmt::Display for ParamValue {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ParamValue::Int(v) => write!(f, "{v}"),
+            ParamValue::Ident(s) => f.write_str(s),
+        }
+    }
+}
+
+impl ParamValue {
+    /// Parses a command-line value: an integer if it is one, else an identifier.
+    pub fn parse(text: &str) -> Option<ParamValue> {
+        if let Ok(v) = text.parse::<i64>() {
+            Some(ParamValue::Int(v))
+        } else if is_c_identifier(text) {
+            Some(ParamValue::Ident(text.to_string()))
+        } else {
+            None
+        }
+    }
+}
+
+/// One point of a kernel's param grid: param name → value, sorted by name.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Config(pub BTreeMap<String, ParamValue>);
+
+impl fmt::Display for Config {
+    /// `BLOCK_M=64,NUM_WARPS=4`; `-` for the empty config.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return f.write_str("-");
+        }
+        for (i, (name, value)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{name}={value}")?;
+        }
+        Ok(())
+    }
+}
+
+impl Config {
+    /// True when every (name, value) of `partial` is also in this config.
+    pub fn matches(&self, partial: &BTreeMap<String, ParamValue>) -> bool {
+        partial.iter().all(|(k, v)| self.0.get(k) == Some(v))
+    }
+}
+
+/// The remote cache, as `kart.toml` declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RemoteConfig {
+    /// `http://…`, `https://…` or `file://…`.
+    pub url: String,
+    /// Whether its action entries may stand in for compiling.
+    pub trusted: bool,
+    /// Never write to it.
+    pub read_only: bool,
+}
+
+/// A parsed and validated kernel.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// Its name (a C identifier, unique in the project).
+    pub name: String,
+    /// Its folder, relative to the project root.
+    pub dir: PathBuf,
+    /// Its `kernel.toml`, relative to the project root.
+    pub manifest: PathBuf,
+    /// Source files relative to the project root; the first one is compiled.
+    pub sources: Vec<PathBuf>,
+    /// Declared include folders, relative to the project root.
+    pub include: Vec<PathBuf>,
+    /// `extern "C"` entry points each artifact must contain.
+    pub entry: Vec<String>,
+    /// Targets to build (the kernel's own list, else the project's).
+    pub targets: Vec<TargetArch>,
+    /// Extra nvcc flags, in order.
+    pub flags: Vec<String>,
+    /// Fixed defines.
+    pub defines: BTreeMap<String, ParamValue>,
+    /// Also keep the PTX of each config.
+    pub ptx: bool,
+    /// The grid: param → values in the order written.
+    pub params: BTreeMap<String, Vec<ParamValue>>,
+    /// Partial assignments never built.
+    pub exclude: Vec<BTreeMap<String, ParamValue>>,
+}
+
+impl Kernel {
+    /// Every config of the grid that no `[[exclude]]` entry matches, in a stable order.
+    pub fn configs(&self) -> Vec<Config> {
+        let mut configs = vec![Config::default()];
+        for (name, values) in &self.params {
+            let mut next = Vec::with_capacity(configs.len() * values.len());
+            for config in &configs {
+                for value in values {
+                    let mut c = config.clone();
+                    c.0.insert(name.clone(), value.clone());
+                    next.push(c);
+                }
+            }
+            configs = next;
+        }
+        configs.retain(|c| !self.exclude.iter().any(|e| c.matches(e)));
+        configs
+    }
+}
+
+/// A parsed and validated project: `kart.toml` and every kernel under its kernels folder.
+#[derive(Clone, Debug)]
+pub struct Project {
+    /// The folder holding `kart.toml` (absolute).
+    pub root: PathBuf,
+    /// The kernels folder, relative to the root.
+    pub kernels_dir: PathBuf,
+    /// The store folder (absolute).
+    pub store_dir: PathBuf,
+    /// Default targets.
+    pub targets: Vec<TargetArch>,
+    /// Required nvcc release (`13.0`), if any.
+    pub nvcc_release: Option<String>,
+    /// The remote cache, if configured.
+    pub remote: Option<RemoteConfig>,
+    /// Kernels sorted by name.
+    pub kernels: Vec<Kernel>,
+}
+
+impl Project {
+    /// Finds `kart.toml` in `start` or one of its parents and loads the project.
+    pub fn discover(start: &Path) -> Result<Project> {
+        let start = std::fs::canonicalize(start).at("resolve", start)?;
+        let mut dir = start.as_path();
+        loop {
+            if dir.join(PROJECT_FILE).is_file() {
+                return Project::load(dir);
+            }
+            match dir.parent() {
+                Some(parent) => dir = parent,
+                None => {
+                    return Err(Error::usage(
+                        format!(
+                            "no `{PROJECT_FILE}` in `{}` or any parent folder",
+                            start.display()
+                        ),
+                        Some(format!(
+                            "run kart inside a project, or create `{PROJECT_FILE}` (see README)"
+                        )),
+                    ));
+                }
+            }
+        }
+    }
+
+    /// Loads the project whose `kart.toml` is in `root`.
+    pub fn load(root: &Path) -> Result<Project> {
+        let root = std::fs::canonicalize(root).at("resolve", root)?;
+        let path = root.join(PROJECT_FILE);
+        let text = read_text(&path)?;
+        let file = SourceFile {
+            path: PathBuf::from(PROJECT_FILE),
+            text: &text,
+        };
+        let raw: RawProject = file.parse()?;
+
+        let kernels_dir = match &raw.project.kernels {
+            Some(k) => file.inside_root(&root, &root, k, "kernels folder")?,
+            None => PathBuf::from("kernels"),
+        };
+        let store_dir = match &raw.project.store {
+            Some(s) => {
+                let p = Path::new(s.get_ref());
+                if p.is_absolute() {
+                    p.to_path_buf()
+                } else {
+                    root.join(p)
+                }
+            }
+            None => root.join("artifacts"),
+        };
+        let targets = file.targets(&raw.project.targets)?;
+        if targets.is_empty() {
+            return Err(file.error(
+                raw.project.targets.span(),
+                "`targets` is empty",
+                "list at least one target, for example `targets = [\"sm_90\"]`",
+            ));
+        }
+        let remote = raw.remote.map(|r| RemoteConfig {
+            url: r.url,
+            trusted: r.trusted,
+            read_only: r.read_only,
+        });
+        let nvcc_release = raw.toolchain.and_then(|t| t.nvcc);
+
+        let mut kernels = Vec::new();
+        let abs_kernels = root.join(&kernels_dir);
+        if abs_kernels.is_dir() {
+            let mut dirs: Vec<PathBuf> = std::fs::read_dir(&abs_kernels)
+                .at("list", &abs_kernels)?
+                .filter_map(|e| e.ok().map(|e| e.path()))
+                .filter(|p| p.join(KERNEL_FILE).is_file())
+                .collect();
+            dirs.sort();
+            for dir in dirs {
+                let rel = dir.strip_prefix(&root).unwrap_or(&dir).to_path_buf();
+                kernels.push(load_kernel(&root, &rel, &targets)?);
+            }
+        }
+        kernels.sort_by(|a, b| a.name.cmp(&b.name));
+        for pair in kernels.windows(2) {
+            if pair[0].name == pair[1].name {
+                return Err(Error::InvalidFile {
+                    path: pair[1].manifest.clone(),
+                    line: 1,
+                    column: 1,
+                    message: format!(
+                        "kernel name `{}` is also used by `{}`",
+                        pair[1].name,
+                        pair[0].manifest.display()
+                    ),
+                    hint: Some("give every kernel a unique `name`".into()),
+                });
+            }
+        }
+        Ok(Project {
+            root,
+            kernels_dir,
+            store_dir,
+            targets,
+            nvcc_release,
+            remote,
+            kernels,
+        })
+    }
+
+    /// The kernel named `name`, or a usage error listing the kernels that exist.
+    pub fn kernel(&self, name: &str) -> Result<&Kernel> {
+        self.kernels.iter().find(|k| k.name == name).ok_or_else(|| {
+            let names: Vec<&str> = self.kernels.iter().map(|k| k.name.as_str()).collect();
+            Error::usage(
+                format!("no kernel named `{name}`"),
+                Some(format!("kernels in this project: {}", names.join(", "))),
+            )
+        })
+    }
+}
+
+/// Loads one kernel manifest; `dir` is relative to `root`.
+pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> Result<Kernel> {
+    let manifest = dir.join(KERNEL_FILE);
+    let text = read_text(&root.join(&manifest))?;
+    let file = SourceFile {
+        path: manifest.clone(),
+        text: &text,
+    };
+    let raw: RawKernel = file.parse()?;
+    let abs_dir = root.join(dir);
+
+    let name = raw.name.get_ref().clone();
+    if !is_c_identifier(&name) {
+        return Err(file.error(
+            raw.name.span(),
+            format!("kernel name `{name}` is not a C identifier"),
+            "use letters, digits and `_`, not starting with a digit",
+        ));
+    }
+
+    if raw.sources.get_ref().is_empty() {
+        return Err(file.error(
+            raw.sources.span(),
+            "`sources` is empty",
+            "list the `.cu` file to compile first, e.g. `sources = [\"kernel.cu\"]`",
+        ));
+    }
+    let mut sources = Vec::new();
+    for s in raw.sources.get_ref() {
+        let p = file.inside_root(root, &abs_dir, s, "source")?;
+        if !p.starts_with(dir) || p == dir {
+            return Err(file.error(
+                s.span(),
+                format!("source `{}` is outside the kernel folder", s.get_ref()),
+                "sources live in the kernel's own folder; shared headers go in an `include` folder",
+            ));
+        }
+        if !root.join(&p).is_file() {
+            return Err(file.error(
+                s.span(),
+                format!("source `{}` does not exist", s.get_ref()),
+                format!(
+                    "create it or fix the path (relative to `{}`)",
+                    dir.display()
+                ),
+            ));
+        }
+        sources.push(p);
+    }
+
+    let mut include = Vec::new();
+    for s in &raw.include {
+        let p = file.inside_root(root, &abs_dir, s, "include folder")?;
+        if !root.join(&p).is_dir() {
+            return Err(file.error(
+                s.span(),
+                format!("include folder `{}` does not exist", s.get_ref()),
+                format!(
+                    "create it or fix the path (relative to `{}`)",
+                    dir.display()
+                ),
+            ));
+        }
+        include.push(p);
+    }
+
+    if raw.entry.get_ref().is_empty() {
+        return Err(file.error(
+            raw.entry.span(),
+            "`entry` is empty",
+            "list the `extern \"C\" __global__` functions every cubin must contain",
+        ));
+    }
+    let mut entry = Vec::new();
+    for e in raw.entry.get_ref() {
+        if !is_c_identifier(e.get_ref()) {
+            return Err(file.error(
+                e.span(),
+                format!("entry `{}` is not a C identifier", e.get_ref()),
+                "entries are `extern \"C\"` symbol names",
+            ));
+        }
+        entry.push(e.get_ref().clone());
+    }
+
+    let targets = match &raw.targets {
+        Some(t) => {
+            let targets = file.targets(t)?;
+            if targets.is_empty() {
+                return Err(file.error(
+                    t.span(),
+                    "`targets` is empty",
+                    "list at least one target, or remove the key to use the project's",
+                ));
+            }
+            targets
+        }
+        None => default_targets.to_vec(),
+    };
+
+    let mut flags = Vec::new();
+    for f in &raw.flags {
+        if let Some(reason) = reserved_flag(f.get_ref()) {
+            return Err(file.error(
+                f.span(),
+                format!("flag `{}` is not allowed here: {reason}", f.get_ref()),
+                "remove it; kart passes targets, outputs, includes and params itself",
+            ));
+        }
+        flags.push(f.get_ref().clone());
+    }
+
+    let mut defines = BTreeMap::new();
+    for (k, v) in &raw.defines {
+        file.check_name(k.get_ref(), k.span(), "define")?;
+        let value = file.value(v)?;
+        defines.insert(k.get_ref().clone(), value);
+    }
+
+    let mut params = BTreeMap::new();
+    for (k, values) in &raw.params {
+        file.check_name(k.get_ref(), k.span(), "param")?;
+        if defines.contains_key(k.get_ref()) {
+            return Err(file.error(
+                k.span(),
+                format!("`{}` is both a param and a define", k.get_ref()),
+                "keep it in one of `[params]` or `defines`",
+            ));
+        }
+        if values.get_ref().is_empty() {
+            return Err(file.error(
+                values.span(),
+                format!("param `{}` has no values", k.get_ref()),
+                "give it at least one value, or remove it",
+            ));
+        }
+        let mut list = Vec::new();
+        for v in values.get_ref() {
+            let value = file.value(v)?;
+            if list.contains(&value) {
+                return Err(file.error(
+                    v.span(),
+                    format!("param `{}` lists `{value}` twice", k.get_ref()),
+                    "remove the repeated value",
+                ));
+            }
+            list.push(value);
+        }
+        params.insert(k.get_ref().clone(), list);
+    }
+
+    let mut exclude = Vec::new();
+    for e in &raw.exclude {
+        if e.get_ref().is_empty() {
+            return Err(file.error(
+                e.span(),
+                "empty `[[exclude]]` entry (it would exclude every config)",
+                "name at least one param and value",
+            ));
+        }
+        let mut partial = BTreeMap::new();
+        for (k, v) in e.get_ref() {
+            let Some(values) = params.get(k.get_ref()) else {
+                return Err(file.error(
+                    k.span(),
+                    format!(
+                        "`[[exclude]]` names `{}`, which is not a param",
+                        k.get_ref()
+                    ),
+                    format!(
+                        "params of this kernel: {}",
+                        params.keys().cloned().collect::<Vec<_>>().join(", ")
+                    ),
+                ));
+            };
+            let value = file.value(v)?;
+            if !values.contains(&value) {
+                return Err(file.error(
+                    v.span(),
+                    format!("`[[exclude]]`: `{}` has no value `{value}`", k.get_ref()),
+                    "exclude only values the grid contains",
+                ));
+            }
+            partial.insert(k.get_ref().clone(), value);
+        }
+        exclude.push(partial);
+    }
+
+    let kernel = Kernel {
+        name,
+        dir: dir.to_path_buf(),
+        manifest,
+        sources,
+        include,
+        entry,
+        targets,
+        flags,
+        defines,
+        ptx: raw.ptx,
+        params,
+        exclude,
+    };
+    if kernel.configs().is_empty() {
+        return Err(file.error(
+            0..0,
+            "the `[[exclude]]` entries exclude every config of the grid",
+            "remove or narrow an `[[exclude]]` entry",
+        ));
+    }
+    Ok(kernel)
+}
+
+/// Why a flag cannot be given in `flags`, if it cannot.
+fn reserved_flag(flag: &str) -> Option<&'static str> {
+    let name = flag.split('=').next().unwrap_or(flag);
+    match name {
+        "-arch" | "--gpu-architecture" | "-gencode" | "--generate-code" | "-code"
+        | "--gpu-code" => Some("targets come from `targets`"),
+        "-o" | "--output-file" | "-odir" | "--output-directory" | "-cubin" | "--cubin" | "-ptx"
+        | "--ptx" | "-c" | "--compile" | "-fatbin" | "--fatbin" => Some("kart chooses the output"),
+        "-ccbin" | "--compiler-bindir" => Some("the host compiler is not part of the key"),
+        "-MD" | "-MF" | "-M" | "-MM" | "-MMD" | "--generate-dependencies" => {
+            Some("kart writes the dependency file itself")
+        }
+        _ if flag.starts_with("-I") || flag.starts_with("--include-path") => {
+            Some("include folders go in `include`, so they are part of the key")
+        }
+        _ if flag.starts_with("-D") || flag.starts_with("--define-macro") => {
+            Some("defines go in `defines` or `[params]`")
+        }
+        _ => None,
+    }
+}
+
+/// True for `[A-Za-z_][A-Za-z0-9_]*`.
+pub fn is_c_identifier(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// Reads a UTF-8 text file, naming it on failure.
+pub fn read_text(path: &Path) -> Result<String> {
+    let bytes = std::fs::read(path).at("read", path)?;
+    String::from_utf8(bytes).map_err(|e| {
+        let offset = e.utf8_error().valid_up_to();
+        let before = &e.as_bytes()[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let column = offset
+            - before
+                .iter()
+                .rposition(|&b| b == b'\n')
+                .map_or(0, |p| p + 1)
+            + 1;
+        Error::InvalidFile {
+            path: path.to_path_buf(),
+            line,
+            column,
+            message: "the file is not valid UTF-8".into(),
+            hint: Some("save it as UTF-8".into()),
+        }
+    })
+}
+
+/// A manifest's text with its (display) path, for errors that point into it.
+pub(crate) struct SourceFile<'a> {
+    pub(crate) path: PathBuf,
+    pub(crate) text: &'a str,
+}
+
+impl SourceFile<'_> {
+    /// 1-based line and column of a byte offset.
+    pub(crate) fn locate(&self, offset: usize) -> (usize, usize) {
+        let offset = offset.min(self.text.len());
+        let before = &self.text.as_bytes()[..offset];
+        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
+        let line_start = before
+            .iter()
+            .rposition(|&b| b == b'\n')
+            .map_or(0, |p| p + 1);
+        let column = self.text[line_start..offset].chars().count() + 1;
+        (line, column)
+    }
+
+    pub(crate) fn error(
+        &self,
+        span: Range<usize>,
+        message: impl Into<String>,
+        hint: impl Into<String>,
+    ) -> Error {
+        let (line, column) = self.locate(span.start);
+        Error::InvalidFile {
+            path: self.path.clone(),
+            line,
+            column,
+            message: message.into(),
+            hint: Some(hint.into()),
+        }
+    }
+
+    pub(crate) fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
+        toml::from_str(self.text).map_err(|e| {
+            let span = e.span().unwrap_or(0..0);
+            let message = e.message().trim().to_string();
+            let hint = if message.contains("unknown field") {
+                "remove or correct the key; see the file formats in README.md"
+            } else {
+                "fix the TOML; see the file formats in README.md"
+            };
+            self.error(span, message, hint)
+        })
+    }
+
+    fn check_name(&self, name: &str, span: Range<usize>, what: &str) -> Result<()> {
+        if is_c_identifier(name) {
+            Ok(())
+        } else {
+            Err(self.error(
+                span,
+                format!("{what} name `{name}` is not a C identifier"),
+                "it becomes `-DNAME=VALUE`: use letters, digits and `_`, not starting with a digit",
+            ))
+        }
+    }
+
+    fn value(&self, v: &Spanned<RawValue>) -> Result<ParamValue> {
+        match v.get_ref() {
+            RawValue::Int(i) => Ok(ParamValue::Int(*i)),
+            RawValue::Text(s) if is_c_identifier(s) => Ok(ParamValue::Ident(s.clone())),
+            RawValue::Text(s) => Err(self.error(
+                v.span(),
+                format!("value `{s}` is neither an integer nor a C identifier"),
+                "values become `-DNAME=VALUE`: write an integer or an identifier such as `half`",
+            )),
+            RawValue::Other(_) => Err(self.error(
+                v.span(),
+                "values must be integers or identifier strings",
+                "write e.g. `64` or `\"half\"`",
+            )),
+        }
+    }
+
+    fn targets(&self, list: &Spanned<Vec<Spanned<String>>>) -> Result<Vec<TargetArch>> {
+        let mut targets = Vec::new();
+        for t in list.get_ref() {
+            let target: TargetArch =
+                t.get_ref().parse().map_err(|e: crate::target::BadTarget| {
+                    self.error(
+                        t.span(),
+                        e.0,
+                        "see `nvcc --list-gpu-code` for the ones nvcc knows",
+                    )
+                })?;
+            if targets.contains(&target) {
+                return Err(self.error(
+                    t.span(),
+                    format!("target `{target}` is listed twice"),
+                    "remove the repeated target",
+                ));
+            }
+            targets.push(target);
+        }
+        Ok(targets)
+    }
+
+    /// Resolves a path written in this file (relative to `base`) to a path relative to
+    /// `root`, refusing absolute paths and anything that leaves the project (also
+    /// through symlinks).
+    fn inside_root(
+        &self,
+        root: &Path,
+        base: &Path,
+        written: &Spanned<String>,
+        what: &str,
+    ) -> Result<PathBuf> {
+        let text = written.get_ref();
+        let outside = || {
+            self.error(
+                written.span(),
+                format!("{what} `{text}` is outside the project"),
+                "use a relative path that stays inside the folder holding kart.toml",
+            )
+        };
+        let p = Path::new(text);
+        if text.is_empty() || p.is_absolute() {
+            return Err(self.error(
+                written.span(),
+                format!("{what} `{text}` must be a relative path"),
+                "write it relative to the file that names it",
+            ));
+        }
+        let mut joined = base.strip_prefix(root).unwrap_or(base).to_path_buf();
+        for component in p.components() {
+            match component {
+                Component::Normal(c) => joined.push(c),
+                Component::CurDir => {}
+                Component::ParentDir => {
+                    if !joined.pop() {
+                        return Err(outside());
+                    }
+                }
+                Component::RootDir | Component::Prefix(_) => return Err(outside()),
+            }
+        }
+        // A symlink may still lead out of the project.
+        if let Ok(real) = std::fs::canonicalize(root.join(&joined))
+            && !real.starts_with(root)
+        {
+            return Err(outside());
+        }
+        Ok(joined)
+    }
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProject {
+    project: RawProjectSection,
+    toolchain: Option<RawToolchain>,
+    remote: Option<RawRemote>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawProjectSection {
+    kernels: Option<Spanned<String>>,
+    store: Option<Spanned<String>>,
+    targets: Spanned<Vec<Spanned<String>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawToolchain {
+    nvcc: Option<String>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawRemote {
+    url: String,
+    #[serde(default)]
+    trusted: bool,
+    #[serde(default)]
+    read_only: bool,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawKernel {
+    name: Spanned<String>,
+    sources: Spanned<Vec<Spanned<String>>>,
+    #[serde(default)]
+    include: Vec<Spanned<String>>,
+    entry: Spanned<Vec<Spanned<String>>>,
+    targets: Option<Spanned<Vec<Spanned<String>>>>,
+    #[serde(default)]
+    flags: Vec<Spanned<String>>,
+    #[serde(default)]
+    defines: BTreeMap<Spanned<String>, Spanned<RawValue>>,
+    #[serde(default)]
+    ptx: bool,
+    #[serde(default)]
+    params: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<RawValue>>>>,
+    #[serde(default)]
+    exclude: Vec<Spanned<BTreeMap<Spanned<String>, Spanned<RawValue>>>>,
+}
+
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum RawValue {
+    Int(i64),
+    Text(String),
+    Other(serde::de::IgnoredAny),
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(params: &[(&str, &[i64])], exclude: &[&[(&str, i64)]]) -> Kernel {
+        Kernel {
+            name: "k".into(),
+            dir: "kernels/k".into(),
+            manifest: "kernels/k/kernel.toml".into(),
+            sources: vec![],
+            include: vec![],
+            entry: vec!["k".into()],
+            targets: vec![],
+            flags: vec![],
+            defines: BTreeMap::new(),
+            ptx: false,
+            params: params
+                .iter()
+                .map(|(n, vs)| {
+                    (
+                        n.to_string(),
+                        vs.iter().map(|v| ParamValue::Int(*v)).collect(),
+                    )
+                })
+                .collect(),
+            exclude: exclude
+                .iter()
+                .map(|e| {
+                    e.iter()
+                        .map(|(n, v)| (n.to_string(), ParamValue::Int(*v)))
+                        .collect()
+                })
+                .collect(),
+        }
+    }
+
+    #[test]
+    fn grid_is_the_product_minus_excludes() {
+        let k = kernel(&[("A", &[1, 2]), ("B", &[3, 4, 5])], &[]);
+        assert_eq!(k.configs().len(), 6);
+        let k = kernel(
+            &[("A", &[1, 2]), ("B", &[3, 4, 5])],
+            &[&[("A", 1), ("B", 3)]],
+        );
+        let configs = k.configs();
+        assert_eq!(configs.len(), 5);
+        assert!(!configs.iter().any(|c| c.to_string() == "A=1,B=3"));
+        let k = kernel(&[("A", &[1, 2]), ("B", &[3, 4, 5])], &[&[("A", 2)]]);
+        assert_eq!(k.configs().len(), 3);
+        assert_eq!(k.configs()[0].to_string(), "A=1,B=3");
+    }
+
+    #[test]
+    fn no_params_is_one_empty_config() {
+        let k = kernel(&[], &[]);
+        assert_eq!(k.configs(), vec![Config::default()]);
+        assert_eq!(k.configs()[0].to_string(), "-");
+    }
+
+    #[test]
+    fn identifiers() {
+        assert!(is_c_identifier("BLOCK_M"));
+        assert!(is_c_identifier("_x1"));
+        assert!(!is_c_identifier("1x"));
+        assert!(!is_c_identifier("a-b"));
+        assert!(!is_c_identifier(""));
+        assert_eq!(ParamValue::parse("64"), Some(ParamValue::Int(64)));
+        assert_eq!(
+            ParamValue::parse("half"),
+            Some(ParamValue::Ident("half".into()))
+        );
+        assert_eq!(ParamValue::parse("a b"), None);
+    }
+
+    #[test]
+    fn reserved_flags_are_refused() {
+        for f in [
+            "-arch=sm_80",
+            "-o",
+            "-Ifoo",
+            "-DX=1",
+            "-ccbin",
+            "--gpu-architecture=sm_90",
+        ] {
+            assert!(reserved_flag(f).is_some(), "{f}");
+        }
+        for f in [
+            "-O3",
+            "--use_fast_math",
+            "-lineinfo",
+            "-std=c++17",
+            "-Xptxas=-O3",
+        ] {
+            assert!(reserved_flag(f).is_none(), "{f}");
+        }
+    }
+
+    #[test]
+    fn locates_offsets() {
+        let f = SourceFile {
+            path: "x".into(),
+            text: "ab\ncde\nf",
+        };
+        assert_eq!(f.locate(0), (1, 1));
+        assert_eq!(f.locate(4), (2, 2));
+        assert_eq!(f.locate(7), (3, 1));
+    }
+}

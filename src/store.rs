@@ -1,0 +1,425 @@
+//! The local content-addressed store.
+//!
+//! ```text
+//! artifacts/
+//!   CACHEDIR.TAG, .gitignore       (backup tools and git leave it alone)
+//!   v1/
+//!     .lock                        shared by builds and reads, exclusive for gc and sweeps
+//!     blobs/ab/<sha256>.zst        zstd of the artifact; the name is the sha256 of the
+//!                                  uncompressed bytes, checked on every read
+//!     actions/ab/<key>.json        action key → digest, resources, nvcc stderr, preimage
+//!     toolchains/<id>.json         cached toolchain fingerprints
+//!     smoke/<fingerprint>          toolchains that passed the smoke compile
+//!     quarantine/                  blobs and entries that failed a check
+//!     materialized/                verified, decompressed cubins for other runtimes
+//!     tmp/                         scratch folders of running compiles
+//! ```
+//! Every write is a temp file in the destination folder, synced, then renamed, so a
+//! crash leaves no partial file under a real name; leftovers are swept on open.
+
+use std::fs::{File, TryLockError};
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use serde::{Deserialize, Serialize};
+
+use crate::cubin::EntryInfo;
+use crate::digest::{Preimage, is_sha256_hex, sha256_hex};
+use crate::error::{Error, IoContext, Result};
+use crate::fsutil::{sweep_temp_files, write_atomic};
+use crate::key::ArtifactKind;
+use crate::manifest::Config;
+
+/// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes
+/// incompatibly; old folders are then simply ignored.
+pub const LAYOUT: &str = "v1";
+
+/// Bump with any incompatible change of [`ActionEntry`].
+pub const ENTRY_FORMAT: u32 = 1;
+
+/// zstd level for blobs: cubins compress well and decompression speed does not depend
+/// on the level.
+const ZSTD_LEVEL: i32 = 12;
+
+/// Upper bound for a blob whose expected size is unknown; a zstd bomb stops here.
+const MAX_BLOB_BYTES: u64 = 1 << 30;
+
+/// What an action key produced: stored as `actions/ab/<key>.json`.
+#[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct ActionEntry {
+    /// [`ENTRY_FORMAT`].
+    pub format: u32,
+    /// The action key.
+    pub key: String,
+    /// The kernel it was built for (informational; the key is what counts).
+    pub kernel: String,
+    /// The config it was built with.
+    pub config: Config,
+    /// The target, `sm_90a`.
+    pub target: String,
+    /// cubin or PTX.
+    pub kind: ArtifactKind,
+    /// sha256 of the artifact's bytes.
+    pub digest: String,
+    /// Size of the artifact's bytes.
+    pub size: u64,
+    /// Resources of each entry point (zero for PTX).
+    pub entries: Vec<EntryInfo>,
+    /// nvcc release that built it, `13.0.88`.
+    pub nvcc_release: String,
+    /// Host compiler, as provenance only.
+    pub host_compiler: String,
+    /// nvcc's stderr (warnings and the ptxas report), replayed on a hit with `-v`.
+    pub stderr: String,
+    /// Every input of the key, for `kart explain`.
+    pub preimage: Preimage,
+}
+
+impl ActionEntry {
+    /// Checks the fields that name files or blobs, so a hostile entry cannot point kart
+    /// anywhere but into the store.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        if self.format != ENTRY_FORMAT {
+            return Err(format!(
+                "entry format {} (this kart reads {ENTRY_FORMAT})",
+                self.format
+            ));
+        }
+        if !is_sha256_hex(&self.key) || !is_sha256_hex(&self.digest) {
+            return Err("key or digest is not 64 lower-case hex digits".into());
+        }
+        Ok(())
+    }
+}
+
+/// How a store is held.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LockMode {
+    /// Builds and reads: many at once.
+    Shared,
+    /// gc: alone.
+    Exclusive,
+}
+
+/// An open store, holding its lock until dropped.
+#[derive(Debug)]
+pub struct Store {
+    root: PathBuf,
+    dir: PathBuf,
+    _lock: File,
+}
+
+impl Store {
+    /// Opens (creating if needed) the store at `root`, waiting up to `timeout` for the
+    /// lock. Sweeps temp files of killed processes when no other process holds it.
+    pub fn open(root: &Path, mode: LockMode, timeout: Duration) -> Result<Store> {
+        let dir = root.join(LAYOUT);
+        for sub in [
+            "blobs",
+            "actions",
+            "toolchains",
+            "smoke",
+            "quarantine",
+            "materialized",
+            "tmp",
+        ] {
+            let p = dir.join(sub);
+            std::fs::create_dir_all(&p).at("create folder", &p)?;
+        }
+        scaffold(root)?;
+        let lock_path = dir.join(".lock");
+        let lock = File::options()
+            .create(true)
+            .truncate(false)
+            .write(true)
+            .open(&lock_path)
+            .at("open", &lock_path)?;
+        // Sweep only while nobody else holds the store: a live writer's temp file is not
+        // a leftover.
+        if lock.try_lock().is_ok() {
+            sweep_temp_files(&dir);
+            if mode == LockMode::Shared {
+                lock.unlock().at("unlock", &lock_path)?;
+            }
+        }
+        let start = Instant::now();
+        loop {
+            let attempt = match mode {
+                LockMode::Shared => lock.try_lock_shared(),
+                LockMode::Exclusive => lock.try_lock(),
+            };
+            match attempt {
+                Ok(()) => break,
+                Err(TryLockError::WouldBlock) if start.elapsed() < timeout => {
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                Err(TryLockError::WouldBlock) => return Err(Error::StoreBusy { path: lock_path }),
+                Err(TryLockError::Error(e)) => return Err(e).at("lock", &lock_path),
+            }
+        }
+        Ok(Store {
+            root: root.to_path_buf(),
+            dir,
+            _lock: lock,
+        })
+    }
+
+    /// The store's root folder (`artifacts/`).
+    pub fn root(&self) -> &Path {
+        &self.root
+    }
+
+    /// A fresh scratch folder for one compile, removed when dropped (and swept on a
+    /// later open if the process was killed).
+    pub fn scratch_dir(&self) -> Result<tempfile::TempDir> {
+        let base = self.dir.join("tmp");
+        tempfile::Builder::new()
+            .prefix(crate::fsutil::TEMP_PREFIX)
+            .tempdir_in(&base)
+            .at("create a scratch folder in", &base)
+    }
+
+    /// Where cached toolchain fingerprints live.
+    pub fn toolchain_cache_dir(&self) -> PathBuf {
+        self.dir.join("toolchains")
+    }
+
+    /// Where verified, decompressed artifacts are written for other runtimes.
+    pub fn materialized_dir(&self) -> PathBuf {
+        self.dir.join("materialized")
+    }
+
+    /// The path of a blob's compressed file.
+    pub fn blob_path(&self, digest: &str) -> PathBuf {
+        self.dir
+            .join("blobs")
+            .join(&digest[..2])
+            .join(format!("{digest}.zst"))
+    }
+
+    fn entry_path(&self, key: &str) -> PathBuf {
+        self.dir
+            .join("actions")
+            .join(&key[..2])
+            .join(format!("{key}.json"))
+    }
+
+    /// Whether a blob file exists (its bytes are not checked).
+    pub fn has_blob(&self, digest: &str) -> bool {
+        is_sha256_hex(digest) && self.blob_path(digest).is_file()
+    }
+
+    /// Stores `bytes` under their sha256 and returns it. Identical bytes are stored once.
+    pub fn put_blob(&self, bytes: &[u8]) -> Result<String> {
+        let digest = sha256_hex(bytes);
+        let path = self.blob_path(&digest);
+        if !path.is_file() {
+            let compressed = zstd::bulk::compress(bytes, ZSTD_LEVEL).at("compress", &path)?;
+            write_atomic(&path, &compressed)?;
+        }
+        Ok(digest)
+    }
+
+    /// Reads, decompresses and verifies a blob. A blob whose bytes do not hash to its
+    /// digest is moved to the quarantine and reported; its bytes are never returned.
+    /// `expected_size` (from the lock) bounds decompression.
+    pub fn read_blob(&self, digest: &str, expected_size: Option<u64>) -> Result<Vec<u8>> {
+        if !is_sha256_hex(digest) {
+            return Err(Error::CorruptEntry {
+                path: self.dir.clone(),
+                message: format!("`{digest}` is not a sha256 digest"),
+            });
+        }
+        let path = self.blob_path(digest);
+        let file = File::open(&path).at("open blob", &path)?;
+        let limit = expected_size.unwrap_or(MAX_BLOB_BYTES);
+        let mut bytes = Vec::with_capacity(expected_size.unwrap_or(0) as usize);
+        let decoded = zstd::stream::Decoder::new(file)
+            .and_then(|d| d.take(limit + 1).read_to_end(&mut bytes));
+        let actual = match decoded {
+            Ok(_) if bytes.len() as u64 > limit => format!("more than {limit} bytes"),
+            Ok(_) => sha256_hex(&bytes),
+            Err(e) => format!("undecodable ({e})"),
+        };
+        if actual != digest {
+            let quarantined = self.quarantine(&path);
+            return Err(Error::CorruptBlob {
+                digest: digest.to_string(),
+                actual,
+                path: quarantined,
+            });
+        }
+        Ok(bytes)
+    }
+
+    /// Moves a file into the quarantine and returns its new path.
+    pub fn quarantine(&self, path: &Path) -> PathBuf {
+        let name = path
+            .file_name()
+            .map(|n| n.to_os_string())
+            .unwrap_or_default();
+        let dest = self.dir.join("quarantine").join(name);
+        match std::fs::rename(path, &dest) {
+            Ok(()) => dest,
+            Err(_) => path.to_path_buf(),
+        }
+    }
+
+    /// Writes an action entry.
+    pub fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
+        let path = self.entry_path(&entry.key);
+        let json = serde_json::to_vec_pretty(entry).map_err(|e| Error::CorruptEntry {
+            path: path.clone(),
+            message: e.to_string(),
+        })?;
+        write_atomic(&path, &json)
+    }
+
+    /// Reads the action entry of `key`, if any. An unreadable entry is quarantined and
+    /// reported as an error (callers treat it as a miss and say so).
+    pub fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
+        if !is_sha256_hex(key) {
+            return Ok(None);
+        }
+        let path = self.entry_path(key);
+        let bytes = match std::fs::read(&path) {
+            Ok(b) => b,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e).at("read", &path),
+        };
+        let parsed = serde_json::from_slice::<ActionEntry>(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|entry| {
+                entry.validate()?;
+                if entry.key != key {
+                    return Err(format!("entry names key {}", entry.key));
+                }
+                Ok(entry)
+            });
+        match parsed {
+            Ok(entry) => Ok(Some(entry)),
+            Err(message) => {
+                let quarantined = self.quarantine(&path);
+                Err(Error::CorruptEntry {
+                    path: quarantined,
+                    message,
+                })
+            }
+        }
+    }
+
+    /// Digests of every blob file in the store.
+    pub fn blob_digests(&self) -> Result<Vec<String>> {
+        self.list("blobs", ".zst")
+    }
+
+    /// Keys of every action entry in the store.
+    pub fn entry_keys(&self) -> Result<Vec<String>> {
+        self.list("actions", ".json")
+    }
+
+    fn list(&self, sub: &str, suffix: &str) -> Result<Vec<String>> {
+        let base = self.dir.join(sub);
+        let mut out = Vec::new();
+        for shard in std::fs::read_dir(&base).at("list", &base)?.flatten() {
+            let Ok(files) = std::fs::read_dir(shard.path()) else {
+                continue;
+            };
+            for f in files.flatten() {
+                let name = f.file_name().to_string_lossy().into_owned();
+                if let Some(stem) = name.strip_suffix(suffix)
+                    && is_sha256_hex(stem)
+                {
+                    out.push(stem.to_string());
+                }
+            }
+        }
+        out.sort();
+        Ok(out)
+    }
+
+    /// Removes a blob; returns its compressed size.
+    pub fn remove_blob(&self, digest: &str) -> Result<u64> {
+        let path = self.blob_path(digest);
+        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+        std::fs::remove_file(&path).at("remove", &path)?;
+        Ok(size)
+    }
+
+    /// Removes an action entry.
+    pub fn remove_entry(&self, key: &str) -> Result<()> {
+        let path = self.entry_path(key);
+        std::fs::remove_file(&path).at("remove", &path)
+    }
+
+    /// Whether this toolchain already compiled the smoke kernel in this store.
+    pub fn smoke_passed(&self, fingerprint: &str) -> bool {
+        self.dir.join("smoke").join(fingerprint).is_file()
+    }
+
+    /// Records that this toolchain compiled the smoke kernel.
+    pub fn mark_smoke_passed(&self, fingerprint: &str, note: &str) -> Result<()> {
+        write_atomic(&self.dir.join("smoke").join(fingerprint), note.as_bytes())
+    }
+}
+
+/// Marks the store as a cache for backup tools and git.
+fn scaffold(root: &Path) -> Result<()> {
+    let tag = root.join("CACHEDIR.TAG");
+    if !tag.exists() {
+        write_atomic(
+            &tag,
+            b"Signature: 8a477f597d28d172789f06886806bc55\n# This folder is a kart artifact store; `kart build` recreates it.\n",
+        )?;
+    }
+    let ignore = root.join(".gitignore");
+    if !ignore.exists() {
+        write_atomic(&ignore, b"*\n")?;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn open(dir: &Path) -> Store {
+        Store::open(dir, LockMode::Shared, Duration::from_secs(1)).unwrap()
+    }
+
+    #[test]
+    fn blob_round_trip_and_dedup() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let d1 = store.put_blob(b"hello cubin").unwrap();
+        let d2 = store.put_blob(b"hello cubin").unwrap();
+        assert_eq!(d1, d2);
+        assert_eq!(store.blob_digests().unwrap(), vec![d1.clone()]);
+        assert_eq!(store.read_blob(&d1, Some(11)).unwrap(), b"hello cubin");
+    }
+
+    #[test]
+    fn corrupt_blob_is_refused_and_quarantined() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let good = store.put_blob(b"good bytes").unwrap();
+        let other = zstd::bulk::compress(b"evil bytes", 3).unwrap();
+        std::fs::write(store.blob_path(&good), other).unwrap();
+        let err = store.read_blob(&good, None).unwrap_err();
+        assert!(matches!(err, Error::CorruptBlob { .. }), "{err}");
+        assert!(!store.has_blob(&good));
+        std::fs::write(store.blob_path(&store.put_blob(b"x").unwrap()), b"not zstd").unwrap();
+        assert!(store.read_blob(&sha256_hex(b"x"), None).is_err());
+    }
+
+    #[test]
+    fn exclusive_waits_for_shared_and_times_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let _shared = open(dir.path());
+        let err =
+            Store::open(dir.path(), LockMode::Exclusive, Duration::from_millis(200)).unwrap_err();
+        assert!(matches!(err, Error::StoreBusy { .. }));
+    }
+}

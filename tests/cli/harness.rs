@@ -1,0 +1,199 @@
+//! A small harness: a throw-away project in a temp folder, the `kart` binary run in
+//! it, and an nvcc wrapper that logs every compile (and hangs on request).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The repository root, read at run time.
+pub fn repo_root() -> PathBuf {
+    PathBuf::from(
+        std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| env!("CARGO_MANIFEST_DIR").into()),
+    )
+}
+
+/// The pinned nvcc that `scripts/setup` installs.
+pub fn real_nvcc() -> PathBuf {
+    let nvcc = repo_root().join(".toolchain/py/nvidia/cu13/bin/nvcc");
+    assert!(
+        nvcc.is_file(),
+        "the pinned nvcc is not installed at {}: run scripts/setup first",
+        nvcc.display()
+    );
+    nvcc
+}
+
+/// A wrapper beside the real nvcc (so the toolkit root is the real one) that appends
+/// its arguments to `$KART_TEST_NVCC_LOG` and, when a define `MODE=hang` is passed,
+/// starts a grandchild holding stderr open and sleeps instead of compiling.
+pub fn logging_nvcc() -> PathBuf {
+    let real = real_nvcc();
+    let wrapper = real.with_file_name("nvcc-kart-test");
+    let script = format!(
+        "#!/bin/sh\n\
+         [ -n \"$KART_TEST_NVCC_LOG\" ] && echo \"$*\" >> \"$KART_TEST_NVCC_LOG\"\n\
+         case \"$*\" in\n\
+         *-DMODE=hang*)\n\
+           sleep 300 &\n\
+           [ -n \"$KART_TEST_PIDS\" ] && echo $! >> \"$KART_TEST_PIDS\"\n\
+           echo 'nvcc wrapper: hanging on purpose' >&2\n\
+           sleep 300\n\
+           exit 0;;\n\
+         esac\n\
+         exec \"{}\" \"$@\"\n",
+        real.display()
+    );
+    if std::fs::read_to_string(&wrapper).ok().as_deref() != Some(script.as_str()) {
+        let tmp = wrapper.with_extension(format!("tmp{}", std::process::id()));
+        std::fs::write(&tmp, &script).unwrap();
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
+        std::fs::rename(&tmp, &wrapper).unwrap();
+    }
+    wrapper
+}
+
+/// A project in a temp folder.
+pub struct TestProject {
+    pub dir: tempfile::TempDir,
+    pub nvcc_log: PathBuf,
+}
+
+impl TestProject {
+    /// An empty project with `kart.toml` for the given targets.
+    pub fn new(targets: &[&str]) -> TestProject {
+        let dir = tempfile::Builder::new()
+            .prefix("kart-test-")
+            .tempdir()
+            .unwrap();
+        let nvcc_log = dir.path().join("nvcc.log");
+        let p = TestProject { dir, nvcc_log };
+        let list: Vec<String> = targets.iter().map(|t| format!("\"{t}\"")).collect();
+        p.write(
+            "kart.toml",
+            &format!(
+                "[project]\ntargets = [{}]\n\n[toolchain]\nnvcc = \"13.0\"\n",
+                list.join(", ")
+            ),
+        );
+        p
+    }
+
+    pub fn root(&self) -> &Path {
+        self.dir.path()
+    }
+
+    pub fn write(&self, rel: &str, text: &str) {
+        let path = self.root().join(rel);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, text).unwrap();
+    }
+
+    pub fn read(&self, rel: &str) -> String {
+        std::fs::read_to_string(self.root().join(rel)).unwrap()
+    }
+
+    /// A kernel `name` whose one entry is `name`, with extra `kernel.toml` lines.
+    pub fn kernel(&self, name: &str, body: &str, toml_extra: &str) {
+        self.write(
+            &format!("kernels/{name}/{name}.cu"),
+            &format!("extern \"C\" __global__ void {name}(float* out) {{\n{body}\n}}\n"),
+        );
+        self.write(
+            &format!("kernels/{name}/kernel.toml"),
+            &format!(
+                "name = \"{name}\"\nsources = [\"{name}.cu\"]\nentry = [\"{name}\"]\n{toml_extra}"
+            ),
+        );
+    }
+
+    /// Runs kart with the logging nvcc.
+    pub fn kart(&self, args: &[&str]) -> Output {
+        self.kart_env(args, &[])
+    }
+
+    pub fn kart_env(&self, args: &[&str], env: &[(&str, &str)]) -> Output {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_kart"));
+        cmd.args(args)
+            .current_dir(self.root())
+            .env("KART_NVCC", logging_nvcc())
+            .env("KART_TEST_NVCC_LOG", &self.nvcc_log)
+            .env_remove("NVCC_PREPEND_FLAGS")
+            .env_remove("NVCC_APPEND_FLAGS")
+            .env_remove("NVCC_CCBIN");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        cmd.output().unwrap()
+    }
+
+    /// Runs kart and asserts success.
+    pub fn ok(&self, args: &[&str]) -> Output {
+        let out = self.kart(args);
+        assert!(
+            out.status.success(),
+            "kart {args:?} failed:\n{}",
+            text(&out)
+        );
+        out
+    }
+
+    /// How many compiles (not `--version` probes, not the smoke gate) the wrapper logged.
+    pub fn compiles(&self) -> usize {
+        std::fs::read_to_string(&self.nvcc_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" -o ") && !l.contains("smoke/smoke.cu"))
+            .count()
+    }
+
+    /// The compile lines the wrapper logged.
+    pub fn compile_lines(&self) -> Vec<String> {
+        std::fs::read_to_string(&self.nvcc_log)
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains(" -o ") && !l.contains("smoke/smoke.cu"))
+            .map(str::to_string)
+            .collect()
+    }
+
+    pub fn clear_log(&self) {
+        let _ = std::fs::remove_file(&self.nvcc_log);
+    }
+
+    /// Every blob file of the store: (relative path, bytes).
+    pub fn blobs(&self) -> Vec<(String, Vec<u8>)> {
+        let base = self.root().join("artifacts/v1/blobs");
+        let mut out = Vec::new();
+        for shard in std::fs::read_dir(&base).unwrap().flatten() {
+            for f in std::fs::read_dir(shard.path()).unwrap().flatten() {
+                let rel = f
+                    .path()
+                    .strip_prefix(&base)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                out.push((rel, std::fs::read(f.path()).unwrap()));
+            }
+        }
+        out.sort();
+        out
+    }
+}
+
+/// stdout and stderr of a run, for messages.
+pub fn text(out: &Output) -> String {
+    format!(
+        "status: {}\n--- stdout\n{}--- stderr\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+pub fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}

@@ -1,0 +1,382 @@
+//! CPU-side integration tests: the real `kart` binary and the real pinned nvcc on small
+//! fixture kernels (installed by `scripts/setup`). No GPU needed.
+
+mod harness;
+mod malformed;
+
+use std::time::{Duration, Instant};
+
+use harness::{TestProject, stderr, stdout, text};
+
+const GRID: &str = "[params]\nA = [1, 2]\nB = [16, 32]\n\n[[exclude]]\nA = 2\nB = 32\n";
+const GRID_BODY: &str = "out[threadIdx.x] = A * 1000 + B;";
+
+fn grid_project() -> TestProject {
+    let p = TestProject::new(&["sm_80", "sm_90"]);
+    p.kernel("grid", GRID_BODY, GRID);
+    p
+}
+
+#[test]
+fn builds_a_grid_for_two_targets_and_a_noop_rebuild_runs_no_nvcc() {
+    let p = grid_project();
+    p.ok(&["build", "--jobs", "2"]);
+    // 2×2 grid minus one excluded config, × 2 targets.
+    assert_eq!(p.compiles(), 6);
+    let lock = p.read("kart.lock");
+    assert_eq!(lock.matches("[[artifact]]").count(), 6, "{lock}");
+    assert!(
+        !lock.contains("A = 2\nB = 32"),
+        "excluded config built:\n{lock}"
+    );
+    let ls = stdout(&p.ok(&["ls"]));
+    assert_eq!(ls.lines().count(), 7, "{ls}");
+    assert!(ls.contains("A=1,B=16") && ls.contains("sm_90"), "{ls}");
+    let json: serde_json::Value = serde_json::from_str(&stdout(&p.ok(&["ls", "--json"]))).unwrap();
+    assert_eq!(json.as_array().unwrap().len(), 6);
+
+    p.clear_log();
+    let lock_before = p.read("kart.lock");
+    let out = p.ok(&["build"]);
+    assert_eq!(
+        p.compiles(),
+        0,
+        "no-op rebuild ran nvcc: {:?}",
+        p.compile_lines()
+    );
+    assert!(
+        std::fs::read_to_string(&p.nvcc_log)
+            .unwrap_or_default()
+            .is_empty(),
+        "no-op rebuild ran nvcc at all (even --version)"
+    );
+    assert!(
+        stderr(&out).contains("0 compiled, 6 from the store"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(p.read("kart.lock"), lock_before);
+}
+
+#[test]
+fn adding_a_grid_value_builds_only_the_new_configs() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    p.clear_log();
+    p.write(
+        "kernels/grid/kernel.toml",
+        &format!(
+            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\n{}",
+            GRID.replace("A = [1, 2]", "A = [1, 2, 3]")
+        ),
+    );
+    p.ok(&["build"]);
+    // A=3 with B=16 and B=32, for two targets.
+    assert_eq!(p.compiles(), 4, "{:?}", p.compile_lines());
+    assert!(p.compile_lines().iter().all(|l| l.contains("-DA=3")));
+}
+
+#[test]
+fn editing_a_declared_include_rebuilds_exactly_the_kernels_that_declare_it() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write("kernels/common/scale.h", "#define SCALE 2\n");
+    p.write(
+        "kernels/uses/uses.cu",
+        "#include \"scale.h\"\nextern \"C\" __global__ void uses(float* o) { o[0] = SCALE; }\n",
+    );
+    p.write(
+        "kernels/uses/kernel.toml",
+        "name = \"uses\"\nsources = [\"uses.cu\"]\nentry = [\"uses\"]\ninclude = [\"../common\"]\n",
+    );
+    p.kernel("plain", "out[0] = 1;", "");
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 2);
+    p.clear_log();
+    p.write("kernels/common/scale.h", "#define SCALE 3\n");
+    p.ok(&["build"]);
+    let lines = p.compile_lines();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(lines[0].contains("uses.cu"));
+}
+
+#[test]
+fn an_undeclared_include_is_an_error_naming_the_folder_to_add() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write("kernels/common/scale.h", "#define SCALE 2\n");
+    p.write(
+        "kernels/sneaky/sneaky.cu",
+        "#include \"../common/scale.h\"\nextern \"C\" __global__ void sneaky(float* o) { o[0] = SCALE; }\n",
+    );
+    p.write(
+        "kernels/sneaky/kernel.toml",
+        "name = \"sneaky\"\nsources = [\"sneaky.cu\"]\nentry = [\"sneaky\"]\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("undeclared include `kernels/common/scale.h`"),
+        "{err}"
+    );
+    assert!(err.contains("include = [\"../common\"]"), "{err}");
+    assert!(
+        !p.read("kart.lock").contains("sneaky"),
+        "a failed artifact was locked"
+    );
+}
+
+#[test]
+fn a_missing_entry_symbol_fails_and_names_what_is_there() {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("k", "out[0] = 1;", "");
+    p.write(
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\", \"nope\"]\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("missing entry symbol `nope`"), "{err}");
+    assert!(err.contains("defines: k"), "{err}");
+}
+
+#[test]
+fn a_config_that_does_not_compile_fails_alone() {
+    let p = TestProject::new(&["sm_80", "sm_90"]);
+    p.kernel(
+        "k",
+        "#if V == 2\n    this does not compile;\n#endif\n    out[0] = V;",
+        "[params]\nV = [1, 2, 3]\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("2 of 6 artifacts failed"), "{err}");
+    assert!(err.contains("k[V=2] sm_80: nvcc failed"), "{err}");
+    assert!(err.contains("│"), "nvcc's stderr is not framed:\n{err}");
+    let lock = p.read("kart.lock");
+    assert_eq!(lock.matches("[[artifact]]").count(), 4, "{lock}");
+}
+
+#[test]
+fn two_clean_builds_in_two_folders_are_byte_identical() {
+    let a = grid_project();
+    let b = grid_project();
+    b.write("kart.toml", &a.read("kart.toml"));
+    a.ok(&["build", "--jobs", "1"]);
+    b.ok(&["build", "--jobs", "2"]);
+    assert_eq!(a.read("kart.lock"), b.read("kart.lock"));
+    let (ba, bb) = (a.blobs(), b.blobs());
+    assert_eq!(ba.len(), 6);
+    assert!(ba == bb, "blobs differ between the two folders");
+    assert!(!a.read("kart.lock").contains(a.root().to_str().unwrap()));
+}
+
+#[test]
+fn locked_catches_an_edited_source_without_compiling_and_explain_names_it() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    p.ok(&["build", "--locked"]);
+    p.write(
+        "kernels/grid/grid.cu",
+        &format!("extern \"C\" __global__ void grid(float* out) {{\n{GRID_BODY} // edited\n}}\n"),
+    );
+    p.clear_log();
+    let out = p.kart(&["build", "--locked"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert_eq!(p.compiles(), 0, "--locked compiled");
+    let err = stderr(&out);
+    assert!(err.contains("key changed"), "{err}");
+    assert!(err.contains("changed file kernels/grid/grid.cu"), "{err}");
+
+    let out = p.ok(&[
+        "explain", "grid", "-p", "A=1", "-p", "B=16", "--target", "sm_90",
+    ]);
+    let s = stdout(&out);
+    assert!(s.contains("differs from kart.lock"), "{s}");
+    assert!(s.contains("changed file kernels/grid/grid.cu"), "{s}");
+    assert!(s.contains("param A: 1"), "{s}");
+    let out = p.kart(&["explain", "grid", "-p", "A=1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn a_corrupt_blob_is_caught_by_verify_and_by_a_read() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    let verify = p.ok(&["verify"]);
+    assert!(
+        stdout(&verify).contains("6 blobs ok, 0 corrupt"),
+        "{}",
+        text(&verify)
+    );
+    let (rel, _) = p.blobs().remove(0);
+    let path = p.root().join("artifacts/v1/blobs").join(&rel);
+    let digest = rel
+        .split('/')
+        .next_back()
+        .unwrap()
+        .trim_end_matches(".zst")
+        .to_string();
+    // Valid zstd of other bytes: only the hash check can catch it.
+    std::fs::write(&path, zstd::bulk::compress(b"not the cubin", 3).unwrap()).unwrap();
+    let out = p.kart(&["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stdout(&out).contains(&format!("corrupt blob {digest}")),
+        "{}",
+        text(&out)
+    );
+    assert!(!path.exists(), "corrupt blob not quarantined");
+
+    // A read through the library refuses it too (re-plant it first).
+    std::fs::write(&path, zstd::bulk::compress(b"not the cubin", 3).unwrap()).unwrap();
+    let store = kart::store::Store::open(
+        &p.root().join("artifacts"),
+        kart::store::LockMode::Shared,
+        Duration::from_secs(5),
+    )
+    .unwrap();
+    let err = store.read_blob(&digest, None).unwrap_err();
+    assert!(matches!(err, kart::Error::CorruptBlob { .. }), "{err}");
+    drop(store);
+
+    // The next build compiles the missing artifact again.
+    p.clear_log();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 1);
+}
+
+#[test]
+fn a_hung_nvcc_is_killed_at_the_timeout_with_its_children() {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("k", "out[0] = 1;", "[params]\nMODE = [\"hang\", \"ok\"]\n");
+    let pids = p.root().join("pids");
+    let start = Instant::now();
+    let out = p.kart_env(
+        &["build", "--timeout", "2"],
+        &[("KART_TEST_PIDS", pids.to_str().unwrap())],
+    );
+    let elapsed = start.elapsed();
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("k[MODE=hang] sm_90: nvcc timed out after 2 s"),
+        "{err}"
+    );
+    assert!(
+        err.contains("hanging on purpose"),
+        "stderr of the killed nvcc not shown: {err}"
+    );
+    assert!(
+        p.read("kart.lock").contains("MODE = \"ok\""),
+        "the good config was not built"
+    );
+    // The grandchild that held stderr open is gone too.
+    let pid = std::fs::read_to_string(&pids).unwrap().trim().to_string();
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    assert!(
+        status.is_empty() || status.contains("State:\tZ"),
+        "grandchild {pid} survived:\n{status}"
+    );
+    // Not a timing assertion: a kart that waited for the grandchild would take 300 s.
+    assert!(elapsed < Duration::from_secs(120), "{elapsed:?}");
+}
+
+#[test]
+fn shards_meet_in_one_store_and_give_the_single_machine_lock() {
+    let single = grid_project();
+    single.ok(&["build"]);
+    let p = grid_project();
+    p.ok(&["build", "--shard", "1/2"]);
+    let first = p.compiles();
+    assert!(
+        !p.root().join("kart.lock").exists(),
+        "a shard wrote the lock"
+    );
+    p.ok(&["build", "--shard", "2/2"]);
+    assert_eq!(p.compiles(), 6, "shards overlap or miss artifacts");
+    assert!((2..=4).contains(&first), "unbalanced shard: {first}");
+    p.clear_log();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 0);
+    assert_eq!(p.read("kart.lock"), single.read("kart.lock"));
+    let out = p.kart(&["build", "--shard", "3/2"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn gc_removes_what_the_lock_no_longer_names() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    p.write(
+        "kernels/grid/kernel.toml",
+        &format!(
+            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\ntargets = [\"sm_90\"]\n{GRID}"
+        ),
+    );
+    p.ok(&["build"]);
+    let dry = stdout(&p.ok(&["gc", "--dry-run"]));
+    assert!(dry.contains("would remove 3 blobs"), "{dry}");
+    assert_eq!(p.blobs().len(), 6);
+    p.ok(&["gc"]);
+    assert_eq!(p.blobs().len(), 3);
+    p.ok(&["verify"]);
+    p.ok(&["build", "--locked"]);
+}
+
+#[test]
+fn nvcc_environment_overrides_are_refused() {
+    let p = grid_project();
+    let out = p.kart_env(&["build"], &[("NVCC_APPEND_FLAGS", "-G")]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(stderr(&out).contains("NVCC_APPEND_FLAGS"), "{}", text(&out));
+}
+
+#[test]
+fn a_different_nvcc_release_is_refused() {
+    let p = grid_project();
+    p.write(
+        "kart.toml",
+        "[project]\ntargets = [\"sm_90\"]\n[toolchain]\nnvcc = \"12.4\"\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("release 13.0.88, but kart.toml requires 12.4"),
+        "{err}"
+    );
+    assert!(err.contains("scripts/setup"), "{err}");
+}
+
+#[test]
+fn a_missing_nvcc_is_an_environment_error() {
+    let p = grid_project();
+    let out = p.kart_env(&["build"], &[("KART_NVCC", "/nonexistent/bin/nvcc")]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("nvcc not found at `/nonexistent/bin/nvcc`"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn ptx_is_kept_when_asked() {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("k", "out[0] = 1;", "ptx = true\n");
+    p.ok(&["build"]);
+    let lock = p.read("kart.lock");
+    assert!(
+        lock.contains("kind = \"ptx\"") && lock.contains("kind = \"cubin\""),
+        "{lock}"
+    );
+}
+
+#[test]
+fn the_repository_smoke_kernel_matches_the_embedded_one() {
+    let repo = harness::repo_root();
+    let on_disk = std::fs::read_to_string(repo.join("kernels/smoke/smoke.cu")).unwrap();
+    assert_eq!(on_disk, kart::smoke::SMOKE_SOURCE);
+}

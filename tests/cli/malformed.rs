@@ -1,0 +1,269 @@
+//! Malformed inputs: each one exits 2 with a message naming the file and line, and
+//! none panics.
+
+use crate::harness::{TestProject, stderr, text};
+
+const GOOD_KERNEL: &str = "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n";
+
+/// (what, file to write, its text, the file:line the message must name, a phrase).
+const CASES: &[(&str, &str, &str, &str, &str)] = &[
+    (
+        "toml syntax",
+        "kernels/k/kernel.toml",
+        "name = \"k\nsources = [\"k.cu\"]\n",
+        "kernel.toml:1:",
+        "string",
+    ),
+    (
+        "unknown key",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\nflagz = []\n",
+        "kernel.toml:4:",
+        "unknown field",
+    ),
+    (
+        "wrong type",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = \"k.cu\"\nentry = [\"k\"]\n",
+        "kernel.toml:2:",
+        "invalid type",
+    ),
+    (
+        "name not an identifier",
+        "kernels/k/kernel.toml",
+        "name = \"my-kernel\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n",
+        "kernel.toml:1:",
+        "not a C identifier",
+    ),
+    (
+        "param not an identifier",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\n2BAD = [1]\n",
+        "kernel.toml:5:",
+        "not a C identifier",
+    ),
+    (
+        "empty grid",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nA = []\n",
+        "kernel.toml:5:",
+        "has no values",
+    ),
+    (
+        "bad value",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nA = [\"a b\"]\n",
+        "kernel.toml:5:",
+        "neither an integer",
+    ),
+    (
+        "float value",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nA = [1.5]\n",
+        "kernel.toml:5:",
+        "integers or identifier",
+    ),
+    (
+        "malformed target",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\ntargets = [\"sm90\"]\n",
+        "kernel.toml:4:",
+        "is not a target",
+    ),
+    (
+        "a target before sm_90",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\ntargets = [\"sm_80a\"]\n",
+        "kernel.toml:4:",
+        "from sm_90a on",
+    ),
+    (
+        "source escapes the project",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"../../../etc/passwd\"]\nentry = [\"k\"]\n",
+        "kernel.toml:2:",
+        "outside the project",
+    ),
+    (
+        "absolute source",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"/etc/passwd\"]\nentry = [\"k\"]\n",
+        "kernel.toml:2:",
+        "must be a relative path",
+    ),
+    (
+        "missing source",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"nope.cu\"]\nentry = [\"k\"]\n",
+        "kernel.toml:2:",
+        "does not exist",
+    ),
+    (
+        "include escapes",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\ninclude = [\"../../..\"]\n",
+        "kernel.toml:4:",
+        "outside the project",
+    ),
+    (
+        "exclude names no param",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nA = [1]\n[[exclude]]\nB = 1\n",
+        "kernel.toml:7:",
+        "not a param",
+    ),
+    (
+        "exclude value not in grid",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nA = [1, 2]\n[[exclude]]\nA = 3\n",
+        "kernel.toml:7:",
+        "has no value",
+    ),
+    (
+        "reserved flag",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\nflags = [\"-O3\", \"-arch=sm_80\"]\n",
+        "kernel.toml:4:",
+        "not allowed",
+    ),
+    (
+        "empty entry",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = []\n",
+        "kernel.toml:3:",
+        "`entry` is empty",
+    ),
+    (
+        "duplicate param value",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nA = [1, 1]\n",
+        "kernel.toml:5:",
+        "twice",
+    ),
+    (
+        "project unknown key",
+        "kart.toml",
+        "[project]\ntargets = [\"sm_90\"]\ncolour = 1\n",
+        "kart.toml:3:",
+        "unknown field",
+    ),
+    (
+        "project empty targets",
+        "kart.toml",
+        "[project]\ntargets = []\n",
+        "kart.toml:2:",
+        "`targets` is empty",
+    ),
+    (
+        "project bad target",
+        "kart.toml",
+        "[project]\ntargets = [\"sm_90\", \"compute_90\"]\n",
+        "kart.toml:2:",
+        "is not a target",
+    ),
+    (
+        "not UTF-8",
+        "kernels/k/kernel.toml",
+        "(replaced below)",
+        "kernel.toml:1:",
+        "UTF-8",
+    ),
+    (
+        "lock with a bad digest",
+        "kart.lock",
+        "version = 1\n\n[[artifact]]\nkernel = \"k\"\ntarget = \"sm_90\"\nkind = \"cubin\"\nkey = \"../../x\"\ndigest = \"zz\"\nsize = 1\nnvcc = \"13.0.88\"\n[artifact.config]\n[[artifact.entries]]\nname = \"k\"\nregisters = 1\nshared_bytes = 0\nstack_bytes = 0\nspill_store_bytes = 0\nspill_load_bytes = 0\n",
+        "kart.lock:3:",
+        "64 lower-case hex",
+    ),
+    (
+        "lock syntax",
+        "kart.lock",
+        "version = 1\n[[artifact]\n",
+        "kart.lock:2:",
+        "",
+    ),
+    (
+        "lock unknown key",
+        "kart.lock",
+        "version = 1\nextra = true\n",
+        "kart.lock:2:",
+        "unknown field",
+    ),
+    (
+        "lock from the future",
+        "kart.lock",
+        "version = 99\n",
+        "kart.lock:1:",
+        "lock version 99",
+    ),
+];
+
+#[test]
+fn malformed_inputs_exit_2_naming_file_and_line() {
+    assert!(CASES.len() >= 15);
+    let mut failures = Vec::new();
+    for (what, file, content, location, phrase) in CASES {
+        let p = TestProject::new(&["sm_90"]);
+        p.kernel("k", "out[0] = 1;", "");
+        p.write("kernels/k/kernel.toml", GOOD_KERNEL);
+        let path = p.root().join(file);
+        std::fs::write(&path, content.as_bytes()).unwrap();
+        // `not UTF-8` needs a real invalid byte, which a &str cannot hold.
+        if *what == "not UTF-8" {
+            std::fs::write(&path, b"name = \"k\xff\"\n").unwrap();
+        }
+        // The lock is read by `--locked`; the manifests by any command.
+        let args: &[&str] = if file.ends_with("kart.lock") {
+            &["build", "--locked"]
+        } else {
+            &["ls"]
+        };
+        let out = p.kart(args);
+        let err = stderr(&out);
+        let ok = out.status.code() == Some(2)
+            && err.contains(location)
+            && err.contains(phrase)
+            && !err.contains("panicked");
+        if !ok {
+            failures.push(format!("{what}:\n{}", text(&out)));
+        }
+    }
+    assert!(
+        failures.is_empty(),
+        "{} cases failed:\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
+}
+
+#[test]
+fn a_symlink_out_of_the_project_is_refused() {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("k", "out[0] = 1;", "");
+    let outside = tempfile::tempdir().unwrap();
+    std::fs::write(outside.path().join("x.cu"), "// outside").unwrap();
+    std::os::unix::fs::symlink(outside.path(), p.root().join("kernels/k/link")).unwrap();
+    p.write(
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"link/x.cu\"]\nentry = [\"k\"]\n",
+    );
+    let out = p.kart(&["ls"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("outside the project"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
+fn no_project_is_a_usage_error() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kart"))
+        .arg("ls")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains("no `kart.toml`"), "{}", text(&out));
+}

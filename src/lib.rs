@@ -11,7 +11,9 @@
 //! - [`store`]: the content-addressed local store;
 //! - [`lockfile`]: the `kart.lock` file;
 //! - [`build`]: planning and running a build, the `--locked` check;
-//! - [`maintain`]: `verify`, `gc`, `ls`.
+//! - [`maintain`]: `verify`, `gc`, `ls`;
+//! - [`resolve`]: which artifact a device can run;
+//! - [`runtime`]: the hot path, loading verified cubins through the driver.
 #![deny(missing_docs)]
 
 pub mod build;
@@ -25,6 +27,8 @@ pub mod lockfile;
 pub mod maintain;
 pub mod manifest;
 pub mod process;
+pub mod resolve;
+pub mod runtime;
 pub mod smoke;
 pub mod store;
 pub mod target;

@@ -83,6 +83,32 @@ enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Prove the whole loop on the built-in smoke kernel, stage by stage with timings:
+    /// toolchain, compile, store, verify, driver, load, resolve, launch, check.
+    ///
+    /// Without a GPU the GPU stages are skipped and kart exits 3 (0 with --allow-no-gpu).
+    Smoke {
+        /// Exit 0 when there is no GPU (for CI machines).
+        #[arg(long)]
+        allow_no_gpu: bool,
+        /// Print the stages as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Toolchain, driver, GPUs, and which artifacts of kart.lock this machine can load.
+    Doctor,
+    /// Write the verified, decompressed cubin of an artifact and print its path (for
+    /// CuPy `RawModule(path=...)`, cuda-python and other runtimes).
+    Path {
+        /// The kernel.
+        kernel: String,
+        /// Param values: -p BLOCK_M=64.
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, ParamValue)>,
+        /// The target (default: the one GPU 0 would load).
+        #[arg(long)]
+        target: Option<TargetArch>,
+    },
     /// Remove blobs and entries kart.lock no longer names.
     Gc {
         /// Only say what would be removed.
@@ -191,6 +217,22 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             } else {
                 ExitCode::from(1)
             })
+        }
+        Command::Smoke { allow_no_gpu, json } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_smoke(cli, &ws, *allow_no_gpu, *json)
+        }
+        Command::Doctor => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_doctor(cli, &ws)
+        }
+        Command::Path {
+            kernel,
+            params,
+            target,
+        } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_path(ws, kernel, params, *target)
         }
         Command::Gc { dry_run } => {
             let ws = Workspace::open(project, LockMode::Exclusive, lock_timeout)?;
@@ -541,4 +583,175 @@ fn print_verify(report: &maintain::VerifyReport, rebuild: usize, seed: u64) {
             println!("nondeterministic: {what}: lock {locked}, rebuilt {rebuilt}");
         }
     }
+}
+
+fn cmd_smoke(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<ExitCode> {
+    let fallback = ws.project.targets[0];
+    let report =
+        kart::smoke::run_smoke(&ws.store, cli.nvcc.as_deref(), &ws.project.root, fallback)?;
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).unwrap_or_default()
+        );
+    } else {
+        for s in &report.stages {
+            println!("{:10} {:9.3} ms  {}", s.stage, s.ms, s.detail);
+        }
+    }
+    if report.skipped_no_gpu {
+        println!("skipped: no CUDA GPU (load and launch stages not run)");
+        return Ok(if allow_no_gpu {
+            ExitCode::SUCCESS
+        } else {
+            ExitCode::from(3)
+        });
+    }
+    println!("smoke: ok on {}", report.gpu.unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_doctor(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
+    use kart::resolve::{Capability, cubin_fit, format_cuda_version, required_driver_version};
+    match ws.toolchain(cli.nvcc.as_deref()) {
+        Ok(tc) => println!("nvcc: {} at {}", tc.release, tc.nvcc.display()),
+        Err(e) => println!("nvcc: {e}"),
+    }
+    let driver = kart::runtime::driver_version();
+    match &driver {
+        Ok(v) => println!("driver: supports CUDA {}", format_cuda_version(*v)),
+        Err(e) => println!("driver: {e}"),
+    }
+    let mut gpus: Vec<(String, Capability)> = Vec::new();
+    for i in 0..kart::runtime::device_count() {
+        match kart::runtime::Gpu::open(i) {
+            Ok(g) => {
+                println!(
+                    "gpu {i}: {} (compute capability {}): runs cubins for sm_{}{}{}",
+                    g.name,
+                    g.capability,
+                    g.capability.major,
+                    if g.capability.minor > 0 {
+                        format!("0..sm_{}{}", g.capability.major, g.capability.minor)
+                    } else {
+                        "0".into()
+                    },
+                    if g.capability.major >= 9 {
+                        format!(", sm_{}{}a", g.capability.major, g.capability.minor)
+                    } else {
+                        String::new()
+                    }
+                );
+                gpus.push((g.name.clone(), g.capability));
+            }
+            Err(e) => println!("gpu {i}: {e}"),
+        }
+    }
+    if gpus.is_empty() {
+        println!("gpus: none");
+    }
+    let lock = ws.lock()?;
+    println!("kart.lock: {} artifacts", lock.artifacts.len());
+    for (name, cap) in &gpus {
+        let mut loadable = 0;
+        for a in &lock.artifacts {
+            let Ok(target) = a.target.parse::<TargetArch>() else {
+                continue;
+            };
+            let why_not = if a.kind == ArtifactKind::Ptx {
+                Some("PTX: loads only with an explicit JIT policy".to_string())
+            } else if cubin_fit(target, *cap).is_none() {
+                Some(if target.major != cap.major {
+                    format!(
+                        "{target} is for compute capability {}.x (never across majors)",
+                        target.major
+                    )
+                } else if target.variant == kart::target::ArchVariant::Specific {
+                    format!(
+                        "{target} runs only on exactly {}.{}",
+                        target.major, target.minor
+                    )
+                } else {
+                    format!("{target} needs minor {} or higher", target.minor)
+                })
+            } else if let (Ok(v), Some(req)) = (&driver, required_driver_version(&a.nvcc))
+                && *v < req
+            {
+                Some(format!("built by nvcc {}, the driver is too old", a.nvcc))
+            } else if !ws.store.has_blob(&a.digest) {
+                Some("blob not in the local store (kart build or kart fetch)".into())
+            } else {
+                None
+            };
+            match why_not {
+                None => loadable += 1,
+                Some(why) if cli.quiet => drop(why),
+                Some(why) => println!("  {name}: cannot load {}: {why}", a.describe()),
+            }
+        }
+        println!(
+            "{name}: {loadable} of {} artifacts loadable",
+            lock.artifacts.len()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_path(
+    ws: Workspace,
+    kernel: &str,
+    params: &[(String, ParamValue)],
+    target: Option<TargetArch>,
+) -> Result<ExitCode> {
+    let config = Config(params.iter().cloned().collect());
+    let lock = ws.lock()?;
+    let artifact = match target {
+        Some(t) => lock
+            .find(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
+            .cloned()
+            .ok_or_else(|| Error::NotLoadable {
+                message: format!(
+                    "kart.lock has no {}",
+                    describe(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
+                ),
+                hint: Some(format!(
+                    "`kart ls` lists the artifacts; `kart build {kernel} --target {t}` adds one"
+                )),
+            })?,
+        None => {
+            let gpu = kart::runtime::Gpu::open(0).map_err(|e| match e {
+                Error::Environment { message, .. } => {
+                    Error::environment(message, "pass --target sm_XX to choose without a GPU")
+                }
+                other => other,
+            })?;
+            let rt = kart::runtime::Runtime::from_parts(lock.clone(), ws.store);
+            let a = rt
+                .select(
+                    kernel,
+                    &config,
+                    gpu.capability,
+                    kart::resolve::JitPolicy::Forbid,
+                )?
+                .clone();
+            return write_materialized(rt.store(), &a);
+        }
+    };
+    write_materialized(&ws.store, &artifact)
+}
+
+fn write_materialized(
+    store: &kart::store::Store,
+    a: &kart::lockfile::LockedArtifact,
+) -> Result<ExitCode> {
+    let path = store
+        .materialized_dir()
+        .join(format!("{}.{}", a.digest, a.kind));
+    let up_to_date = std::fs::read(&path).is_ok_and(|b| kart::digest::sha256_hex(&b) == a.digest);
+    if !up_to_date {
+        let bytes = store.read_blob(&a.digest, Some(a.size))?;
+        kart::fsutil::write_atomic(&path, &bytes)?;
+    }
+    println!("{}", path.display());
+    Ok(ExitCode::SUCCESS)
 }

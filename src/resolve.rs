@@ -163,7 +163,14 @@ mod tests {
                 ArtifactKind::Cubin => t.to_string(),
                 ArtifactKind::Ptx => format!("{t}:ptx"),
             });
-            assert_eq!(got, c.expect, "{} on {} ({})", c.available.join(","), c.device, c.why);
+            assert_eq!(
+                got,
+                c.expect,
+                "{} on {} ({})",
+                c.available.join(","),
+                c.device,
+                c.why
+            );
         }
     }
 

@@ -83,3 +83,194 @@ pub fn compile_smoke(store: &Store, toolchain: &Toolchain, target: TargetArch) -
     )?;
     Ok(elapsed)
 }
+
+/// One stage of `kart smoke`.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct SmokeStage {
+    /// Stage name.
+    pub stage: &'static str,
+    /// Wall time, milliseconds.
+    pub ms: f64,
+    /// What it found.
+    pub detail: String,
+}
+
+/// What `kart smoke` did.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct SmokeReport {
+    /// Stages in order.
+    pub stages: Vec<SmokeStage>,
+    /// The GPU, when there was one.
+    pub gpu: Option<String>,
+    /// True when the GPU stages were skipped for lack of a GPU.
+    pub skipped_no_gpu: bool,
+}
+
+impl SmokeReport {
+    fn stage<T>(
+        &mut self,
+        stage: &'static str,
+        f: impl FnOnce() -> Result<(T, String)>,
+    ) -> Result<T> {
+        let t0 = std::time::Instant::now();
+        let (value, detail) = f()?;
+        self.stages.push(SmokeStage {
+            stage,
+            ms: t0.elapsed().as_secs_f64() * 1e3,
+            detail,
+        });
+        Ok(value)
+    }
+}
+
+/// The whole loop on the smoke kernel: toolchain, compile for this GPU's target (or
+/// `fallback` without a GPU), store, re-read and verify, driver, load, resolve, launch
+/// on random data, compare with the CPU. Without a GPU the GPU stages are skipped
+/// (`skipped_no_gpu`).
+pub fn run_smoke(
+    store: &Store,
+    nvcc: Option<&std::path::Path>,
+    project_root: &std::path::Path,
+    fallback: TargetArch,
+) -> Result<SmokeReport> {
+    use crate::runtime::Gpu;
+    let mut report = SmokeReport::default();
+    let toolchain = report.stage("toolchain", || {
+        crate::toolchain::refuse_hostile_env()?;
+        let path = crate::toolchain::find_nvcc(nvcc, project_root)?;
+        let tc = Toolchain::load(&path, &store.toolchain_cache_dir())?;
+        let detail = format!("nvcc {} at {}", tc.release, tc.nvcc.display());
+        Ok((tc, detail))
+    })?;
+    let gpu = report.stage("driver", || match Gpu::open(0) {
+        Ok(gpu) => {
+            let detail = format!(
+                "{} (compute capability {}), driver supports CUDA {}",
+                gpu.name,
+                gpu.capability,
+                crate::resolve::format_cuda_version(gpu.driver_version)
+            );
+            Ok((Some(gpu), detail))
+        }
+        Err(e @ Error::Environment { .. }) => Ok((None, format!("{e}"))),
+        Err(e) => Err(e),
+    })?;
+    let target = gpu.as_ref().map_or(fallback, |g| g.capability.target());
+    let bytes = report.stage("compile", || {
+        let (bytes, elapsed) = compile_smoke_bytes(store, &toolchain, target)?;
+        let detail = format!(
+            "{target}, {} bytes, nvcc {:.0} ms",
+            bytes.len(),
+            elapsed.as_secs_f64() * 1e3
+        );
+        Ok((bytes, detail))
+    })?;
+    let digest = report.stage("store", || {
+        let digest = store.put_blob(&bytes)?;
+        let detail = format!("blob {}", &digest[..16]);
+        Ok((digest, detail))
+    })?;
+    let verified = report.stage("verify", || {
+        let back = store.read_blob(&digest, Some(bytes.len() as u64))?;
+        Ok((back, "re-read, decompressed, sha256 matches".to_string()))
+    })?;
+    let Some(gpu) = gpu else {
+        report.skipped_no_gpu = true;
+        return Ok(report);
+    };
+    report.gpu = Some(gpu.name.clone());
+    let artifact = crate::lockfile::LockedArtifact {
+        kernel: "smoke".into(),
+        config: Config::default(),
+        target: target.to_string(),
+        kind: ArtifactKind::Cubin,
+        key: digest.clone(),
+        digest: digest.clone(),
+        size: verified.len() as u64,
+        nvcc: toolchain.release.clone(),
+        entries: vec![crate::cubin::EntryInfo {
+            name: SMOKE_ENTRY.into(),
+            ..Default::default()
+        }],
+    };
+    gpu.check_driver_floor(&artifact)?;
+    let loaded = report.stage("load", || {
+        let loaded = gpu.load_verified(artifact, verified, Duration::ZERO)?;
+        let detail = format!(
+            "cuModuleLoadData {:.0} µs, entry resolved and loaded {:.0} µs",
+            loaded.timings.load.as_secs_f64() * 1e6,
+            loaded.timings.resolve.as_secs_f64() * 1e6
+        );
+        Ok((loaded, detail))
+    })?;
+    report.stage("launch", || {
+        let worst = launch_smoke(&gpu, &loaded, 1 << 20 | 3)?;
+        Ok((
+            (),
+            format!("1048579 elements, max relative error {worst:.2e} against the CPU"),
+        ))
+    })?;
+    Ok(report)
+}
+
+/// Launches the smoke kernel on `n` random floats (output poisoned with NaN first) and
+/// returns the largest relative error against the CPU; an error if it is not tiny.
+pub fn launch_smoke(
+    gpu: &crate::runtime::Gpu,
+    loaded: &crate::runtime::LoadedArtifact,
+    n: usize,
+) -> Result<f64> {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let driver = |call: &'static str| {
+        move |e: cudarc::driver::DriverError| Error::Driver {
+            call,
+            message: e.to_string(),
+        }
+    };
+    let mut state = 0x2545_F491_4F6C_DD1Du64;
+    let x: Vec<f32> = (0..n)
+        .map(|_| {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            (state >> 40) as f32 / (1u64 << 24) as f32 * 8.0 - 4.0
+        })
+        .collect();
+    let (a, b) = (1.5f32, -0.25f32);
+    let stream = gpu.stream();
+    let x_dev = stream.clone_htod(&x).map_err(driver("cuMemcpyHtoD"))?;
+    let mut y_dev = stream
+        .clone_htod(&vec![f32::NAN; n])
+        .map_err(driver("cuMemcpyHtoD"))?;
+    let f = loaded.function(SMOKE_ENTRY)?;
+    let cfg = LaunchConfig {
+        grid_dim: (n.div_ceil(256) as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: 0,
+    };
+    let n_arg = n as i32;
+    let mut launch = stream.launch_builder(f);
+    launch
+        .arg(&x_dev)
+        .arg(&mut y_dev)
+        .arg(&a)
+        .arg(&b)
+        .arg(&n_arg);
+    // SAFETY: the argument list matches the kernel's signature
+    // (const float*, float*, float, float, int) and both buffers hold n floats.
+    unsafe { launch.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
+    let y = stream.clone_dtoh(&y_dev).map_err(driver("cuMemcpyDtoH"))?;
+    let mut worst = 0f64;
+    for (i, (&xi, &yi)) in x.iter().zip(&y).enumerate() {
+        let want = a.mul_add(xi, b) as f64;
+        let err = (yi as f64 - want).abs() / want.abs().max(1e-3);
+        if !err.is_finite() || err > 1e-5 {
+            return Err(Error::CheckFailed {
+                message: format!("smoke kernel result wrong at {i}: got {yi}, want {want}"),
+                hint: Some("the GPU, driver or cubin is broken; run `kart doctor`".into()),
+            });
+        }
+        worst = worst.max(err);
+    }
+    Ok(worst)
+}

@@ -1,0 +1,390 @@
+//! GPU tests: the runtime on a real device. Run on the GPU machine with
+//! `../shared/gpu/stage` then `bash .gpu/run` (KART_REQUIRE_GPU=1). Elsewhere they
+//! print `skipped: no CUDA GPU (N tests)`.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+use kart::build::{BuildOptions, Silent, Workspace, build};
+use kart::manifest::{Config, ParamValue, Project};
+use kart::runtime::{Gpu, Runtime};
+use kart::store::LockMode;
+
+type TestResult = Result<(), String>;
+
+/// A project built once for all tests: a grid kernel for sm_80, sm_90 and sm_90a, a
+/// kernel using 64 KiB of dynamic shared memory, and one built only for sm_80.
+struct Fixture {
+    dir: tempfile::TempDir,
+}
+
+const GRID_CU: &str = r#"
+extern "C" __global__ void scale(const float* x, float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * FACTOR + OFFSET;
+}
+extern "C" __global__ void fill(float* y, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = FACTOR;
+}
+"#;
+
+const SMEM_CU: &str = r#"
+// Stages the input through dynamic shared memory larger than the 48 KiB default.
+extern "C" __global__ void big_smem(const float* x, float* y, int n) {
+    extern __shared__ float buf[];
+    int per_block = n / gridDim.x;
+    for (int i = threadIdx.x; i < per_block; i += blockDim.x) buf[i] = x[blockIdx.x * per_block + i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < per_block; i += blockDim.x)
+        y[blockIdx.x * per_block + i] = buf[per_block - 1 - i];
+}
+"#;
+
+impl Fixture {
+    fn build() -> Result<Fixture, String> {
+        let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+        let w = |rel: &str, text: &str| {
+            let p = dir.path().join(rel);
+            std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+            std::fs::write(p, text).unwrap();
+        };
+        w(
+            "kart.toml",
+            "[project]\ntargets = [\"sm_80\", \"sm_90\", \"sm_90a\"]\n[toolchain]\nnvcc = \"13.0\"\n",
+        );
+        w("kernels/scale/scale.cu", GRID_CU);
+        w(
+            "kernels/scale/kernel.toml",
+            "name = \"scale\"\nsources = [\"scale.cu\"]\nentry = [\"scale\", \"fill\"]\n[params]\nFACTOR = [2, 3]\nOFFSET = [0, 1]\n",
+        );
+        w("kernels/smem/smem.cu", SMEM_CU);
+        w(
+            "kernels/smem/kernel.toml",
+            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n",
+        );
+        w(
+            "kernels/old/old.cu",
+            "extern \"C\" __global__ void old(float* y) { y[0] = 1; }\n",
+        );
+        w(
+            "kernels/old/kernel.toml",
+            "name = \"old\"\nsources = [\"old.cu\"]\nentry = [\"old\"]\ntargets = [\"sm_80\"]\n",
+        );
+        let project = Project::load(dir.path()).map_err(|e| e.to_string())?;
+        let ws = Workspace::open(project, LockMode::Shared, Duration::from_secs(10))
+            .map_err(|e| e.to_string())?;
+        build(&ws, &BuildOptions::default(), &Silent).map_err(|e| format!("fixture build: {e}"))?;
+        Ok(Fixture { dir })
+    }
+
+    fn runtime(&self) -> Runtime {
+        Runtime::open(self.dir.path()).expect("open runtime")
+    }
+}
+
+fn config(pairs: &[(&str, i64)]) -> Config {
+    Config(
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), ParamValue::Int(*v)))
+            .collect(),
+    )
+}
+
+fn smoke_end_to_end(_: &Fixture, gpu: &Gpu) -> TestResult {
+    let store_dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let store =
+        kart::store::Store::open(store_dir.path(), LockMode::Shared, Duration::from_secs(5))
+            .map_err(|e| e.to_string())?;
+    let report = kart::smoke::run_smoke(&store, None, &repo_root(), "sm_90".parse().unwrap())
+        .map_err(|e| e.to_string())?;
+    for s in &report.stages {
+        println!("    {:10} {:9.3} ms  {}", s.stage, s.ms, s.detail);
+    }
+    if report.skipped_no_gpu || report.gpu.as_deref() != Some(gpu.name.as_str()) {
+        return Err(format!("smoke did not reach the GPU: {report:?}"));
+    }
+    let stages: Vec<&str> = report.stages.iter().map(|s| s.stage).collect();
+    if stages
+        != [
+            "toolchain",
+            "driver",
+            "compile",
+            "store",
+            "verify",
+            "load",
+            "launch",
+        ]
+    {
+        return Err(format!("stages: {stages:?}"));
+    }
+    Ok(())
+}
+
+fn every_entry_of_every_9x_artifact_resolves(f: &Fixture, gpu: &Gpu) -> TestResult {
+    let rt = f.runtime();
+    let mut n = 0;
+    for a in rt.lock().artifacts.iter().filter(|a| a.kernel == "scale") {
+        let loaded = gpu
+            .kernel(&rt, &a.kernel, &a.config)
+            .map_err(|e| e.to_string())?;
+        if gpu.capability.major == 9 && loaded.artifact.target != "sm_90a" {
+            return Err(format!(
+                "{} resolved to {}, not sm_90a",
+                a.describe(),
+                loaded.artifact.target
+            ));
+        }
+        for e in &a.entries {
+            loaded.function(&e.name).map_err(|e| e.to_string())?;
+        }
+        n += 1;
+    }
+    if n != 12 {
+        return Err(format!("expected 12 scale artifacts, saw {n}"));
+    }
+    // The plain sm_90 cubins load too (resolution chose sm_90a; load sm_90 directly).
+    let store = rt.store();
+    for a in rt.lock().artifacts.iter().filter(|a| a.target == "sm_90") {
+        let bytes = store
+            .read_blob(&a.digest, Some(a.size))
+            .map_err(|e| e.to_string())?;
+        gpu.load_verified(a.clone(), bytes, Duration::ZERO)
+            .map_err(|e| format!("{}: {e}", a.describe()))?;
+    }
+    Ok(())
+}
+
+fn launch_checks_results(f: &Fixture, gpu: &Gpu) -> TestResult {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let rt = f.runtime();
+    let k = gpu
+        .kernel(&rt, "scale", &config(&[("FACTOR", 3), ("OFFSET", 1)]))
+        .map_err(|e| e.to_string())?;
+    let n = 100_003usize;
+    let x: Vec<f32> = (0..n)
+        .map(|i| ((i * 7919) % 1000) as f32 / 37.0 - 13.0)
+        .collect();
+    let stream = gpu.stream();
+    let xd = stream.clone_htod(&x).map_err(|e| e.to_string())?;
+    let mut yd = stream
+        .clone_htod(&vec![f32::NAN; n])
+        .map_err(|e| e.to_string())?;
+    let n_arg = n as i32;
+    let mut l = stream.launch_builder(k.function("scale").map_err(|e| e.to_string())?);
+    l.arg(&xd).arg(&mut yd).arg(&n_arg);
+    unsafe { l.launch(LaunchConfig::for_num_elems(n as u32)) }.map_err(|e| e.to_string())?;
+    let y = stream.clone_dtoh(&yd).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        let want = x[i] * 3.0 + 1.0;
+        if (y[i] - want).abs() > 1e-5 * want.abs().max(1.0) {
+            return Err(format!("y[{i}] = {}, want {want}", y[i]));
+        }
+    }
+    Ok(())
+}
+
+fn an_sm80_cubin_on_a_9x_gpu_is_a_clear_error(f: &Fixture, gpu: &Gpu) -> TestResult {
+    let rt = f.runtime();
+    match gpu.kernel(&rt, "old", &Config::default()) {
+        Ok(_) if gpu.capability.major == 8 => Ok(()),
+        Ok(_) => Err("an sm_80 cubin was loaded on a different major".into()),
+        Err(e) => {
+            let text = format!("{e} / hint: {}", e.hint().unwrap_or_default());
+            println!("    {text}");
+            for want in ["old[-]", "sm_80", "kart build old --target sm_"] {
+                if !text.contains(want) {
+                    return Err(format!("message lacks `{want}`: {text}"));
+                }
+            }
+            Ok(())
+        }
+    }
+}
+
+fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, gpu: &Gpu) -> TestResult {
+    let rt = f.runtime();
+    let a = rt
+        .lock()
+        .artifacts
+        .iter()
+        .find(|a| a.kernel == "scale" && a.target == "sm_90a")
+        .ok_or("no sm_90a artifact")?
+        .clone();
+    let bytes = rt
+        .store()
+        .read_blob(&a.digest, Some(a.size))
+        .map_err(|e| e.to_string())?;
+    // Flip 4 bytes in the middle (the driver itself would load this and run it).
+    let mut evil = bytes.clone();
+    for b in &mut evil[bytes.len() / 2..bytes.len() / 2 + 4] {
+        *b ^= 0xff;
+    }
+    let path = rt.store().blob_path(&a.digest);
+    std::fs::write(&path, zstd::bulk::compress(&evil, 3).unwrap()).map_err(|e| e.to_string())?;
+    let fresh = Gpu::open(0).map_err(|e| e.to_string())?;
+    let result = fresh.kernel(&rt, &a.kernel, &a.config);
+    // Put the good blob back for the other tests.
+    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+    std::fs::write(&path, zstd::bulk::compress(&bytes, 3).unwrap()).map_err(|e| e.to_string())?;
+    let _ = gpu;
+    match result {
+        Err(kart::Error::CorruptBlob { .. }) => Ok(()),
+        Err(e) => Err(format!("wrong error: {e}")),
+        Ok(_) => Err("a corrupt blob was loaded".into()),
+    }
+}
+
+fn more_than_48k_of_shared_memory_launches(f: &Fixture, gpu: &Gpu) -> TestResult {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let rt = f.runtime();
+    let k = gpu
+        .kernel(&rt, "smem", &Config::default())
+        .map_err(|e| e.to_string())?;
+    let per_block = 16 * 1024; // floats: 64 KiB of shared memory per block
+    let blocks = 8;
+    let n = per_block * blocks;
+    let smem = (per_block * 4) as u32;
+    k.allow_dynamic_shared("big_smem", smem)
+        .map_err(|e| e.to_string())?;
+    let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
+    let stream = gpu.stream();
+    let xd = stream.clone_htod(&x).map_err(|e| e.to_string())?;
+    let mut yd = stream
+        .clone_htod(&vec![f32::NAN; n])
+        .map_err(|e| e.to_string())?;
+    let n_arg = n as i32;
+    let mut l = stream.launch_builder(k.function("big_smem").map_err(|e| e.to_string())?);
+    l.arg(&xd).arg(&mut yd).arg(&n_arg);
+    let cfg = LaunchConfig {
+        grid_dim: (blocks as u32, 1, 1),
+        block_dim: (256, 1, 1),
+        shared_mem_bytes: smem,
+    };
+    unsafe { l.launch(cfg) }.map_err(|e| e.to_string())?;
+    let y = stream.clone_dtoh(&yd).map_err(|e| e.to_string())?;
+    for b in 0..blocks {
+        for i in 0..per_block {
+            if y[b * per_block + i] != x[b * per_block + per_block - 1 - i] {
+                return Err(format!("block {b} element {i} wrong"));
+            }
+        }
+    }
+    Ok(())
+}
+
+fn cached_lookup_returns_the_loaded_module(f: &Fixture, gpu: &Gpu) -> TestResult {
+    let rt = f.runtime();
+    let c = config(&[("FACTOR", 2), ("OFFSET", 0)]);
+    let first = gpu.kernel(&rt, "scale", &c).map_err(|e| e.to_string())?;
+    // Remove the blob: a cached lookup must not read it again.
+    std::fs::remove_file(rt.store().blob_path(&first.artifact.digest))
+        .map_err(|e| e.to_string())?;
+    let second = gpu.kernel(&rt, "scale", &c).map_err(|e| e.to_string())?;
+    if !Arc::ptr_eq(&first, &second) {
+        return Err("second lookup loaded again".into());
+    }
+    Ok(())
+}
+
+fn a_driver_too_old_for_the_cubin_is_refused_before_loading(f: &Fixture, gpu: &Gpu) -> TestResult {
+    let rt = f.runtime();
+    let mut a = rt.lock().artifacts[0].clone();
+    a.nvcc = "99.0.1".into();
+    match gpu.check_driver_floor(&a) {
+        Err(e) if e.to_string().contains("needs a driver for CUDA 99.0") => Ok(()),
+        other => Err(format!("{:?}", other.err().map(|e| e.to_string()))),
+    }
+}
+
+type Test = (&'static str, fn(&Fixture, &Gpu) -> TestResult);
+
+const TESTS: &[Test] = &[
+    ("smoke_end_to_end", smoke_end_to_end),
+    (
+        "every_entry_of_every_9x_artifact_resolves",
+        every_entry_of_every_9x_artifact_resolves,
+    ),
+    ("launch_checks_results", launch_checks_results),
+    (
+        "an_sm80_cubin_on_a_9x_gpu_is_a_clear_error",
+        an_sm80_cubin_on_a_9x_gpu_is_a_clear_error,
+    ),
+    (
+        "a_corrupt_blob_is_refused_before_the_driver",
+        a_corrupt_blob_is_refused_before_the_driver,
+    ),
+    (
+        "more_than_48k_of_shared_memory_launches",
+        more_than_48k_of_shared_memory_launches,
+    ),
+    (
+        "a_driver_too_old_for_the_cubin_is_refused_before_loading",
+        a_driver_too_old_for_the_cubin_is_refused_before_loading,
+    ),
+    (
+        "cached_lookup_returns_the_loaded_module",
+        cached_lookup_returns_the_loaded_module,
+    ),
+];
+
+fn repo_root() -> PathBuf {
+    PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()))
+}
+
+fn main() {
+    let filter: Option<String> = std::env::args().skip(1).find(|a| !a.starts_with('-'));
+    let selected: Vec<&Test> = TESTS
+        .iter()
+        .filter(|(n, _)| filter.as_ref().is_none_or(|f| n.contains(f.as_str())))
+        .collect();
+    let require = std::env::var("KART_REQUIRE_GPU").is_ok_and(|v| v == "1");
+    let gpu = match Gpu::open(0) {
+        Ok(g) => g,
+        Err(e) => {
+            println!("skipped: no CUDA GPU ({} tests): {e}", selected.len());
+            if require {
+                println!("KART_REQUIRE_GPU=1: a GPU was required");
+                std::process::exit(1);
+            }
+            return;
+        }
+    };
+    println!(
+        "gpu: {} (compute capability {}), driver CUDA {}",
+        gpu.name, gpu.capability, gpu.driver_version
+    );
+    let fixture = match Fixture::build() {
+        Ok(f) => f,
+        Err(e) => {
+            println!("fixture failed: {e}");
+            std::process::exit(1);
+        }
+    };
+    let (mut passed, mut failed) = (0, 0);
+    for (name, test) in selected {
+        let t0 = std::time::Instant::now();
+        let result =
+            std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| test(&fixture, &gpu)))
+                .unwrap_or_else(|_| Err("panicked".into()));
+        match result {
+            Ok(()) => {
+                passed += 1;
+                println!(
+                    "test {name} ... ok ({:.1} ms)",
+                    t0.elapsed().as_secs_f64() * 1e3
+                );
+            }
+            Err(e) => {
+                failed += 1;
+                println!("test {name} ... FAILED: {e}");
+            }
+        }
+    }
+    println!("{passed} passed, {failed} failed");
+    if failed > 0 {
+        std::process::exit(1);
+    }
+}

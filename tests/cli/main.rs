@@ -248,6 +248,20 @@ fn a_corrupt_blob_is_caught_by_verify_and_by_a_read() {
 }
 
 #[test]
+fn verify_rebuild_recompiles_a_sample_and_finds_it_identical() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    p.clear_log();
+    let out = p.ok(&["verify", "--rebuild", "2", "--seed", "7"]);
+    assert_eq!(p.compiles(), 2, "{}", text(&out));
+    assert!(
+        stdout(&out).contains("rebuilt 2 artifacts (seed 7): 0 differ"),
+        "{}",
+        text(&out)
+    );
+}
+
+#[test]
 fn a_hung_nvcc_is_killed_at_the_timeout_with_its_children() {
     let p = TestProject::new(&["sm_90"]);
     p.kernel("k", "out[0] = 1;", "[params]\nMODE = [\"hang\", \"ok\"]\n");

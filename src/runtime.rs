@@ -181,10 +181,8 @@ pub fn device_count() -> usize {
 /// Where the time of one artifact load went.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct LoadTimings {
-    /// Read the blob file and decompress it.
+    /// Read the blob file, decompress it and check its sha256.
     pub read: Duration,
-    /// sha256 of the bytes.
-    pub verify: Duration,
     /// `cuModuleLoadData`.
     pub load: Duration,
     /// Look up and load every entry.
@@ -332,7 +330,6 @@ impl Gpu {
             .clone();
         self.check_driver_floor(&artifact)?;
         let t0 = Instant::now();
-        // read_blob decompresses, hashes and compares; split its time for the report.
         let bytes = rt.store.read_blob(&artifact.digest, Some(artifact.size))?;
         let t1 = Instant::now();
         self.load_verified(artifact, bytes, t1 - t0)
@@ -396,7 +393,6 @@ impl Gpu {
             functions,
             timings: LoadTimings {
                 read: read_and_verify,
-                verify: Duration::ZERO,
                 load: t1 - t0,
                 resolve: t2 - t1,
             },

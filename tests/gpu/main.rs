@@ -204,7 +204,7 @@ fn an_sm80_cubin_on_a_9x_gpu_is_a_clear_error(f: &Fixture, gpu: &Gpu) -> TestRes
     }
 }
 
-fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, gpu: &Gpu) -> TestResult {
+fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) -> TestResult {
     let rt = f.runtime();
     let a = rt
         .lock()
@@ -229,7 +229,6 @@ fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, gpu: &Gpu) -> TestRe
     // Put the good blob back for the other tests.
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     std::fs::write(&path, zstd::bulk::compress(&bytes, 3).unwrap()).map_err(|e| e.to_string())?;
-    let _ = gpu;
     match result {
         Err(kart::Error::CorruptBlob { .. }) => Ok(()),
         Err(e) => Err(format!("wrong error: {e}")),

@@ -13,14 +13,17 @@
 //! - [`build`]: planning and running a build, the `--locked` check;
 //! - [`maintain`]: `verify`, `gc`, `ls`;
 //! - [`resolve`]: which artifact a device can run;
-//! - [`runtime`]: the hot path, loading verified cubins through the driver.
+//! - [`runtime`]: the hot path, loading verified cubins through the driver;
+//! - [`attest`]: `kart.attest`, which blobs were proven on which GPU.
 #![deny(missing_docs)]
 
+pub mod attest;
 pub mod build;
 pub mod compile;
 pub mod cubin;
 pub mod digest;
 pub mod error;
+pub mod failpoint;
 pub mod fsutil;
 pub mod key;
 pub mod lockfile;

@@ -14,7 +14,7 @@ use kart::build::{
     BuildOptions, BuildReporter, Selection, Shard, Workspace, build, explain_change, parse_param,
 };
 use kart::compile::CompileFailure;
-use kart::error::{Error, Result};
+use kart::error::{Error, IoContext, Result};
 use kart::key::{ArtifactKind, action_key, action_preimage, kernel_input_files};
 use kart::lockfile::describe;
 use kart::maintain;
@@ -94,6 +94,16 @@ enum Command {
         /// Print the stages as JSON.
         #[arg(long)]
         json: bool,
+        /// Then load and resolve every cubin of kart.lock this GPU can run (each
+        /// checked in a child process) and record the passes in kart.attest.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Check blobs of kart.lock on GPU 0, one JSON line each (used by `smoke --all`).
+    #[command(hide = true)]
+    AttestWorker {
+        /// The blobs' digests.
+        digests: Vec<String>,
     },
     /// Toolchain, driver, GPUs, and which artifacts of kart.lock this machine can load.
     Doctor,
@@ -218,10 +228,19 @@ fn run(cli: &Cli) -> Result<ExitCode> {
                 ExitCode::from(1)
             })
         }
-        Command::Smoke { allow_no_gpu, json } => {
+        Command::Smoke {
+            allow_no_gpu,
+            json,
+            all,
+        } => {
             let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
-            cmd_smoke(cli, &ws, *allow_no_gpu, *json)
+            let code = cmd_smoke(cli, &ws, *allow_no_gpu, *json)?;
+            if *all && code == ExitCode::SUCCESS && kart::runtime::device_count() > 0 {
+                return cmd_attest(cli, &ws);
+            }
+            Ok(code)
         }
+        Command::AttestWorker { digests } => cmd_attest_worker(&project.root, digests),
         Command::Doctor => {
             let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
             cmd_doctor(cli, &ws)
@@ -450,7 +469,7 @@ fn cmd_ls(ws: &Workspace, json: bool) -> Result<ExitCode> {
         .unwrap_or(6)
         .max(6);
     println!(
-        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}",
+        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  ATTESTED",
         "KERNEL", "CONFIG", "TARGET", "SIZE", "REGS", "SMEM", "SPILLS", "LOCAL"
     );
     for r in &rows {
@@ -460,7 +479,7 @@ fn cmd_ls(ws: &Workspace, json: bool) -> Result<ExitCode> {
             r.target.clone()
         };
         println!(
-            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}",
+            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  {}",
             r.kernel,
             r.config.to_string(),
             target,
@@ -468,7 +487,12 @@ fn cmd_ls(ws: &Workspace, json: bool) -> Result<ExitCode> {
             r.registers,
             r.shared_bytes,
             r.spill_bytes,
-            if r.local { "yes" } else { "no" }
+            if r.local { "yes" } else { "no" },
+            if r.attested.is_empty() {
+                "-".to_string()
+            } else {
+                r.attested.join(",")
+            }
         );
     }
     Ok(ExitCode::SUCCESS)
@@ -608,6 +632,77 @@ fn cmd_smoke(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Resul
         });
     }
     println!("smoke: ok on {}", report.gpu.unwrap_or_default());
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_attest(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
+    use kart::attest::{ATTEST_FILE, AttestFile, Outcome, check_in_children, loadable_cubins};
+    let lock = ws.lock()?;
+    let gpu = kart::runtime::Gpu::open(0)?;
+    let candidates = loadable_cubins(&lock, gpu.capability);
+    println!(
+        "attest: {} of {} artifacts of kart.lock are cubins {} can run",
+        candidates.len(),
+        lock.artifacts.len(),
+        gpu.name
+    );
+    let exe =
+        std::env::current_exe().at("find the kart executable", std::path::Path::new("kart"))?;
+    let outcomes = check_in_children(&candidates, |digests| {
+        let mut cmd = std::process::Command::new(&exe);
+        cmd.arg("-C")
+            .arg(&ws.project.root)
+            .arg("--lock-timeout")
+            .arg(cli.lock_timeout.to_string())
+            .arg("attest-worker")
+            .args(digests);
+        cmd
+    })?;
+    let mut records = Vec::new();
+    let mut failed = 0;
+    for (artifact, outcome) in candidates.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Passed(check) => {
+                println!("  {:?}  {}", check, artifact.describe());
+                records.push(kart::attest::record(artifact, &gpu, check));
+            }
+            Outcome::Failed(why) | Outcome::Crashed(why) => {
+                failed += 1;
+                println!("  FAILED  {}: {why}", artifact.describe());
+            }
+        }
+    }
+    let path = ws.project.root.join(ATTEST_FILE);
+    let mut file = AttestFile::read(&path, std::path::Path::new(ATTEST_FILE))?;
+    let passed = records.len();
+    file.merge(records, &lock);
+    let changed = file.write(&path)?;
+    println!(
+        "attest: {passed} passed, {failed} failed on {}; {ATTEST_FILE} {}",
+        gpu.name,
+        if changed { "updated" } else { "unchanged" }
+    );
+    Ok(if failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn cmd_attest_worker(root: &std::path::Path, digests: &[String]) -> Result<ExitCode> {
+    use std::io::Write;
+    let rt = kart::runtime::Runtime::open(root)?;
+    let gpu = kart::runtime::Gpu::open(0)?;
+    let mut out = std::io::stdout().lock();
+    for digest in digests {
+        kart::failpoint::hit("attest-worker", digest);
+        let report = kart::attest::check_blob(&rt, &gpu, digest);
+        let line = serde_json::to_string(&report).unwrap_or_default();
+        // The parent reads each line as it comes; a lost stdout ends the work.
+        if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {
+            return Ok(ExitCode::from(1));
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }
 

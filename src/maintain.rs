@@ -182,10 +182,16 @@ pub struct ListRow {
     pub local: bool,
     /// The blob digest.
     pub digest: String,
+    /// GPUs on which kart.attest records the blob as proven (`H200`).
+    pub attested: Vec<String>,
 }
 
 /// The lock as rows.
 pub fn list(ws: &Workspace) -> Result<Vec<ListRow>> {
+    let attest = crate::attest::AttestFile::read(
+        &ws.project.root.join(crate::attest::ATTEST_FILE),
+        std::path::Path::new(crate::attest::ATTEST_FILE),
+    )?;
     Ok(ws
         .lock()?
         .artifacts
@@ -199,6 +205,11 @@ pub fn list(ws: &Workspace) -> Result<Vec<ListRow>> {
                 .map(|e| e.spill_store_bytes + e.spill_load_bytes)
                 .sum(),
             local: ws.store.has_blob(&a.digest),
+            attested: attest
+                .gpus_for(&a.digest)
+                .into_iter()
+                .map(str::to_string)
+                .collect(),
             kind: a.kind.to_string(),
             kernel: a.kernel,
             config: a.config,

@@ -325,14 +325,44 @@ impl Gpu {
     }
 
     fn load(&self, rt: &Runtime, kernel: &str, config: &Config) -> Result<LoadedArtifact> {
-        let artifact = rt
-            .select(kernel, config, self.capability, self.policy)?
-            .clone();
-        self.check_driver_floor(&artifact)?;
+        let artifact = rt.select(kernel, config, self.capability, self.policy)?;
+        self.load_artifact(rt, artifact)
+    }
+
+    /// Loads one given artifact of the lock (not necessarily the one [`Gpu::kernel`]
+    /// would pick), uncached: checks that this device can run it and the driver can
+    /// take it, reads and verifies the blob, loads it and every entry.
+    pub fn load_artifact(&self, rt: &Runtime, artifact: &LockedArtifact) -> Result<LoadedArtifact> {
+        let target: TargetArch =
+            artifact
+                .target
+                .parse()
+                .map_err(|e: crate::target::BadTarget| Error::NotLoadable {
+                    message: e.0,
+                    hint: None,
+                })?;
+        let fits = match artifact.kind {
+            ArtifactKind::Cubin => crate::resolve::cubin_fit(target, self.capability).is_some(),
+            ArtifactKind::Ptx => {
+                self.policy == JitPolicy::AllowPtx
+                    && crate::resolve::ptx_fit(target, self.capability).is_some()
+            }
+        };
+        if !fits {
+            return Err(Error::NotLoadable {
+                message: format!(
+                    "{} cannot run on this device (compute capability {})",
+                    artifact.describe(),
+                    self.capability
+                ),
+                hint: None,
+            });
+        }
+        self.check_driver_floor(artifact)?;
         let t0 = Instant::now();
         let bytes = rt.store.read_blob(&artifact.digest, Some(artifact.size))?;
         let t1 = Instant::now();
-        self.load_verified(artifact, bytes, t1 - t0)
+        self.load_verified(artifact.clone(), bytes, t1 - t0)
     }
 
     /// Refuses an artifact built by an nvcc newer than this driver supports.

@@ -18,7 +18,6 @@
 //! crash leaves no partial file under a real name; leftovers are swept on open.
 
 use std::fs::{File, TryLockError};
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -233,25 +232,23 @@ impl Store {
             });
         }
         let path = self.blob_path(digest);
-        let file = File::open(&path).at("open blob", &path)?;
-        let limit = expected_size.unwrap_or(MAX_BLOB_BYTES);
-        let mut bytes = Vec::with_capacity(expected_size.unwrap_or(0) as usize);
-        let decoded = zstd::stream::Decoder::new(file)
-            .and_then(|d| d.take(limit + 1).read_to_end(&mut bytes));
-        let actual = match decoded {
-            Ok(_) if bytes.len() as u64 > limit => format!("more than {limit} bytes"),
-            Ok(_) => sha256_hex(&bytes),
-            Err(e) => format!("undecodable ({e})"),
+        let frame = std::fs::read(&path).at("read blob", &path)?;
+        let actual = match decompress_bounded(&frame, expected_size) {
+            Ok(bytes) => {
+                let actual = sha256_hex(&bytes);
+                if actual == digest {
+                    return Ok(bytes);
+                }
+                actual
+            }
+            Err(why) => why,
         };
-        if actual != digest {
-            let quarantined = self.quarantine(&path);
-            return Err(Error::CorruptBlob {
-                digest: digest.to_string(),
-                actual,
-                path: quarantined,
-            });
-        }
-        Ok(bytes)
+        let quarantined = self.quarantine(&path);
+        Err(Error::CorruptBlob {
+            digest: digest.to_string(),
+            actual,
+            path: quarantined,
+        })
     }
 
     /// Moves a file into the quarantine and returns its new path.
@@ -381,6 +378,45 @@ fn scaffold(root: &Path) -> Result<()> {
     Ok(())
 }
 
+thread_local! {
+    /// One zstd decompression context per thread: creating one costs more than
+    /// decompressing a small cubin.
+    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+/// Decompresses a blob into a buffer of exactly the expected size (the lock's), so a
+/// frame that would expand further fails instead of filling memory. Without an
+/// expected size the frame's declared size is used, capped at [`MAX_BLOB_BYTES`]. The
+/// error is a description for the corruption report.
+fn decompress_bounded(
+    frame: &[u8],
+    expected_size: Option<u64>,
+) -> std::result::Result<Vec<u8>, String> {
+    let capacity = match expected_size {
+        Some(n) => n,
+        None => match zstd::zstd_safe::get_frame_content_size(frame) {
+            Ok(Some(n)) if n <= MAX_BLOB_BYTES => n,
+            Ok(Some(n)) => return Err(format!("a frame claiming {n} bytes")),
+            Ok(None) | Err(_) => return Err("undecodable (no zstd frame size)".into()),
+        },
+    };
+    let mut out = Vec::with_capacity(capacity as usize);
+    DECOMPRESSOR.with(|cell| {
+        let mut slot = cell.borrow_mut();
+        if slot.is_none() {
+            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+        }
+        let Some(decompressor) = slot.as_mut() else {
+            return Err("no zstd context".to_string());
+        };
+        decompressor
+            .decompress_to_buffer(frame, &mut out)
+            .map_err(|e| format!("undecodable or larger than {capacity} bytes ({e})"))
+    })?;
+    Ok(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -412,6 +448,19 @@ mod tests {
         assert!(!store.has_blob(&good));
         std::fs::write(store.blob_path(&store.put_blob(b"x").unwrap()), b"not zstd").unwrap();
         assert!(store.read_blob(&sha256_hex(b"x"), None).is_err());
+    }
+
+    #[test]
+    fn a_frame_larger_than_the_lock_says_is_refused_without_inflating() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let digest = store.put_blob(b"small").unwrap();
+        // 64 MiB of zeros compress to a few KiB: a bomb for a reader without a bound.
+        let bomb = zstd::bulk::compress(&vec![0u8; 64 << 20], 3).unwrap();
+        std::fs::write(store.blob_path(&digest), bomb).unwrap();
+        let err = store.read_blob(&digest, Some(5)).unwrap_err();
+        assert!(err.to_string().contains("larger than 5 bytes"), "{err}");
+        assert!(!store.has_blob(&digest));
     }
 
     #[test]

@@ -1,8 +1,9 @@
 //! Load benchmark (run on a GPU machine): for the smoke kernel and a large cubin, the
 //! medians of (a) the raw driver load of bytes in memory, (b) sha256 of those bytes,
 //! (c) kart's full path from an opened store (read, decompress, verify, load, resolve
-//! every entry), (d) kart's cached lookup, (f) PTX JIT of the same kernel; with the
-//! ratios c/(a+b) and c/a. Prints figures; asserts nothing.
+//! every entry), (d) kart's cached lookup, (e) NVRTC compile of the same source to a
+//! cubin plus its load, (f) PTX JIT of the same kernel; with the ratios c/(a+b) and
+//! c/a, and where (c)'s time went. Prints figures; asserts nothing.
 
 use std::time::{Duration, Instant};
 
@@ -26,6 +27,111 @@ extern "C" __global__ void big(const float* x, float* y, int n) {
     y[i] = v;
 }
 "#;
+
+/// NVRTC: compile `src` to a cubin for `arch` (`sm_90`) with `defines`, in memory.
+fn nvrtc_cubin(src: &str, arch: &str, defines: &[&str]) -> Result<Vec<u8>, String> {
+    use cudarc::nvrtc::sys;
+    use std::ffi::CString;
+    // SAFETY: only tries to dlopen libnvrtc.
+    if !unsafe { sys::is_culib_present() } {
+        return Err("libnvrtc could not be loaded".into());
+    }
+    let src = CString::new(src).map_err(|e| e.to_string())?;
+    let mut opts: Vec<CString> = vec![CString::new(format!("--gpu-architecture={arch}")).unwrap()];
+    opts.push(CString::new("-O3").unwrap());
+    opts.extend(
+        defines
+            .iter()
+            .map(|d| CString::new(format!("-D{d}")).unwrap()),
+    );
+    let ptrs: Vec<*const std::ffi::c_char> = opts.iter().map(|o| o.as_ptr()).collect();
+    let check = |r: sys::nvrtcResult, what: &str| {
+        if r == sys::nvrtcResult::NVRTC_SUCCESS {
+            Ok(())
+        } else {
+            Err(format!("{what}: {r:?}"))
+        }
+    };
+    // SAFETY: plain NVRTC calls on a program this function owns; buffers sized by NVRTC.
+    unsafe {
+        let mut prog = std::ptr::null_mut();
+        check(
+            sys::nvrtcCreateProgram(
+                &mut prog,
+                src.as_ptr(),
+                std::ptr::null(),
+                0,
+                std::ptr::null(),
+                std::ptr::null(),
+            ),
+            "nvrtcCreateProgram",
+        )?;
+        let compiled = check(
+            sys::nvrtcCompileProgram(prog, ptrs.len() as i32, ptrs.as_ptr()),
+            "nvrtcCompileProgram",
+        );
+        let mut size = 0usize;
+        let result = compiled
+            .and_then(|()| check(sys::nvrtcGetCUBINSize(prog, &mut size), "nvrtcGetCUBINSize"))
+            .and_then(|()| {
+                let mut cubin = vec![0u8; size];
+                check(
+                    sys::nvrtcGetCUBIN(prog, cubin.as_mut_ptr().cast()),
+                    "nvrtcGetCUBIN",
+                )
+                .map(|()| cubin)
+            });
+        sys::nvrtcDestroyProgram(&mut prog);
+        result
+    }
+}
+
+/// A prototype of a pipelined read: one thread decompresses 64 KiB chunks while this
+/// one hashes the chunks already out, so (c) pays max(decompress, hash), not the sum.
+fn read_pipelined(path: &std::path::Path, size: usize) -> Result<(Vec<u8>, String), String> {
+    use sha2::{Digest, Sha256};
+    use std::io::Read;
+    let frame = std::fs::read(path).map_err(|e| e.to_string())?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
+    std::thread::scope(|scope| {
+        let producer = scope.spawn(move || -> Result<(), String> {
+            let mut decoder =
+                zstd::stream::read::Decoder::with_buffer(&frame[..]).map_err(|e| e.to_string())?;
+            loop {
+                let mut chunk = vec![0u8; 64 << 10];
+                let mut filled = 0;
+                while filled < chunk.len() {
+                    let n = decoder
+                        .read(&mut chunk[filled..])
+                        .map_err(|e| e.to_string())?;
+                    if n == 0 {
+                        break;
+                    }
+                    filled += n;
+                }
+                chunk.truncate(filled);
+                if filled == 0 || tx.send(chunk).is_err() {
+                    return Ok(());
+                }
+            }
+        });
+        let mut hasher = Sha256::new();
+        let mut out = Vec::with_capacity(size);
+        for chunk in rx {
+            hasher.update(&chunk);
+            out.extend_from_slice(&chunk);
+        }
+        producer
+            .join()
+            .map_err(|_| "decoder thread panicked".to_string())??;
+        let digest: String = hasher
+            .finalize()
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Ok((out, digest))
+    })
+}
 
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
@@ -71,22 +177,31 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         gpu.name, gpu.capability, gpu.driver_version
     );
     println!(
-        "{:8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>11} {:>9} {:>7}",
+        "{:8} {:>9} {:>11} {:>11} {:>11} {:>11} {:>13} {:>11} {:>9} {:>7}",
         "kernel",
         "cubin B",
         "(a) load",
         "(b) sha256",
         "(c) kart",
         "(d) cached",
+        "(e) NVRTC",
         "(f) PTX JIT",
         "c/(a+b)",
         "c/a"
     );
-    for (kernel, config) in [
-        ("smoke", Config::default()),
+    let mut breakdown = Vec::new();
+    for (kernel, config, source, defines) in [
+        (
+            "smoke",
+            Config::default(),
+            kart::smoke::SMOKE_SOURCE,
+            &[][..],
+        ),
         (
             "big",
             Config([("STEPS".to_string(), kart::manifest::ParamValue::Int(4096))].into()),
+            BIG_CU,
+            &["STEPS=4096"][..],
         ),
     ] {
         let cubin = rt
@@ -128,12 +243,36 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         }
         // (c) kart's full path: a fresh cache each time, the store already open.
         let mut c = Vec::new();
+        let (mut read, mut load, mut resolve) = (Vec::new(), Vec::new(), Vec::new());
         for _ in 0..iters {
             let fresh = Gpu::open(0)?;
             let t = Instant::now();
-            std::hint::black_box(fresh.kernel(&rt, kernel, &config)?);
+            let loaded = std::hint::black_box(fresh.kernel(&rt, kernel, &config)?);
             c.push(t.elapsed());
+            read.push(loaded.timings.read);
+            load.push(loaded.timings.load);
+            resolve.push(loaded.timings.resolve);
         }
+        // (c2) the same with the pipelined read prototype (decompress ‖ hash) + load.
+        let mut c2 = Vec::new();
+        let blob_path = rt.store().blob_path(&cubin.digest);
+        for _ in 0..iters {
+            let t = Instant::now();
+            let (bytes, digest) = read_pipelined(&blob_path, cubin.size as usize)?;
+            if digest != cubin.digest {
+                return Err("pipelined read: digest mismatch".into());
+            }
+            let m = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(bytes))?;
+            m.load_function(&entry)?.num_regs()?;
+            c2.push(t.elapsed());
+        }
+        breakdown.push((
+            kernel,
+            median(read),
+            median(load),
+            median(resolve),
+            median(c2),
+        ));
         // (d) cached lookup.
         gpu.kernel(&rt, kernel, &config)?;
         let n = 200_000u32;
@@ -150,18 +289,57 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             m.load_function(&entry)?.num_regs()?;
             f.push(t.elapsed());
         }
+        // (e) NVRTC compile of the same source to a cubin for this GPU, then its load.
+        let arch = format!("sm_{}{}", gpu.capability.major, gpu.capability.minor);
+        let mut e = Vec::new();
+        let mut e_error = None;
+        for _ in 0..5 {
+            let t = Instant::now();
+            match nvrtc_cubin(source, &arch, defines) {
+                Ok(cubin) => {
+                    let m = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(cubin))?;
+                    m.load_function(&entry)?.num_regs()?;
+                    e.push(t.elapsed());
+                }
+                Err(why) => {
+                    e_error = Some(why);
+                    break;
+                }
+            }
+        }
+        let e_text = match (&e_error, e.is_empty()) {
+            (Some(why), _) => {
+                println!("(e) NVRTC unavailable: {why}");
+                "n/a".to_string()
+            }
+            (None, false) => format!("{:.1}ms", us(median(e.clone())) / 1e3),
+            (None, true) => "n/a".to_string(),
+        };
         let (a, b, c, f) = (median(a), median(b), median(c), median(f));
         println!(
-            "{:8} {:>9} {:>9.1}µs {:>9.1}µs {:>9.1}µs {:>9.3}µs {:>9.1}µs {:>9.2} {:>7.2}",
+            "{:8} {:>9} {:>9.1}µs {:>9.1}µs {:>9.1}µs {:>9.3}µs {:>13} {:>9.1}µs {:>9.2} {:>7.2}",
             kernel,
             bytes.len(),
             us(a),
             us(b),
             us(c),
             us(d),
+            e_text,
             us(f),
             us(c) / (us(a) + us(b)),
             us(c) / us(a)
+        );
+    }
+    println!(
+        "where (c) went (medians): read = file read + zstd + sha256; load = cuModuleLoadData; resolve = lookup + cuFuncLoad of every entry"
+    );
+    for (kernel, read, load, resolve, c2) in breakdown {
+        println!(
+            "{kernel:8} read {:8.1}µs  load {:8.1}µs  resolve {:6.1}µs  | prototype (c2) pipelined read + load {:8.1}µs",
+            us(read),
+            us(load),
+            us(resolve),
+            us(c2)
         );
     }
     Ok(())

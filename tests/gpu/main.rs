@@ -327,7 +327,94 @@ const TESTS: &[Test] = &[
         "cached_lookup_returns_the_loaded_module",
         cached_lookup_returns_the_loaded_module,
     ),
+    (
+        "smoke_all_attests_every_loadable_cubin_and_survives_a_crash",
+        smoke_all_attests_every_loadable_cubin_and_survives_a_crash,
+    ),
 ];
+
+/// The kart binary: the one cargo built here, else `kart` on PATH (the staged copy on
+/// the GPU machine).
+fn kart_bin() -> PathBuf {
+    option_env!("CARGO_BIN_EXE_kart")
+        .map(PathBuf::from)
+        .filter(|p| p.exists())
+        .unwrap_or_else(|| PathBuf::from("kart"))
+}
+
+fn run_kart(dir: &std::path::Path, args: &[&str], env: &[(&str, &str)]) -> (i32, String) {
+    let mut cmd = std::process::Command::new(kart_bin());
+    cmd.arg("-C").arg(dir).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    match cmd.output() {
+        Ok(out) => (
+            out.status.code().unwrap_or(-1),
+            format!(
+                "{}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            ),
+        ),
+        Err(e) => (-1, format!("cannot run {}: {e}", kart_bin().display())),
+    }
+}
+
+fn smoke_all_attests_every_loadable_cubin_and_survives_a_crash(
+    f: &Fixture,
+    gpu: &Gpu,
+) -> TestResult {
+    let rt = f.runtime();
+    let loadable = kart::attest::loadable_cubins(rt.lock(), gpu.capability);
+    let victim = loadable
+        .iter()
+        .find(|a| a.kernel == "smem")
+        .ok_or("no smem cubin")?;
+    let attest_path = f.dir.path().join(kart::attest::ATTEST_FILE);
+    let _ = std::fs::remove_file(&attest_path);
+    // A worker that aborts on one blob, as a crashing driver would.
+    let failpoint = format!("attest-worker:{}", victim.digest);
+    let (code, out) = run_kart(
+        f.dir.path(),
+        &["smoke", "--all"],
+        &[("KART_FAILPOINT", failpoint.as_str())],
+    );
+    println!("{}", out.trim_end().replace('\n', "\n    "));
+    if code != 1 || !out.contains("FAILED  smem") {
+        return Err(format!(
+            "a crashing worker must fail only its blob (exit {code})"
+        ));
+    }
+    let read = || {
+        kart::attest::AttestFile::read(&attest_path, std::path::Path::new("kart.attest"))
+            .map_err(|e| e.to_string())
+    };
+    let first = read()?;
+    if first.records.len() != loadable.len() - 1
+        || first.records.iter().any(|r| r.digest == victim.digest)
+    {
+        return Err(format!(
+            "after the crash, want every other blob attested: {first:?}"
+        ));
+    }
+    let (code, out) = run_kart(f.dir.path(), &["smoke", "--all"], &[]);
+    if code != 0 {
+        return Err(format!("smoke --all failed (exit {code}): {out}"));
+    }
+    let second = read()?;
+    if second.records.len() != loadable.len() {
+        return Err(format!("want {} records: {second:?}", loadable.len()));
+    }
+    let (code, ls) = run_kart(f.dir.path(), &["ls"], &[]);
+    let short = gpu.name.strip_prefix("NVIDIA ").unwrap_or(&gpu.name);
+    let attested_rows = ls.lines().filter(|l| l.ends_with(short)).count();
+    let sm80_rows = ls.lines().filter(|l| l.contains(" sm_80 ")).count();
+    if code != 0 || attested_rows < loadable.len() || sm80_rows == 0 {
+        return Err(format!("kart ls does not show the attestations:\n{ls}"));
+    }
+    Ok(())
+}
 
 fn repo_root() -> PathBuf {
     PathBuf::from(std::env::var("CARGO_MANIFEST_DIR").unwrap_or_else(|_| ".".into()))

@@ -1,0 +1,159 @@
+"""Time to first result from Python, each way of getting a small CUDA kernel running,
+each measured in a fresh process with cold caches (run on a GPU machine):
+
+  load_inline  torch.utils.cpp_extension.load_inline (nvcc + host compiler + link at
+               import; build folder new and empty)
+  triton       a @triton.jit kernel of the same kind, first call (TRITON_CACHE_DIR
+               new and empty)
+  triton-warm  the same, second process, cache kept (what a warm CI cache buys)
+  kart+cupy    `kart path` (verify + write the cubin) then CuPy RawModule(path=...) and
+               the first launch: no compiler anywhere
+
+Each child prints seconds for `import` and for `first` (from the start of the build or
+load to a synchronized, checked result). Prints figures; asserts nothing.
+
+    python3 bench/python_jit.py --kart target/release/kart [--repeat 3]
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+AXPB_CHECK = """
+import torch
+n = 1_000_003
+x = torch.empty(n, device="cuda").uniform_(-4, 4)
+y = torch.full((n,), float("nan"), device="cuda")
+"""
+
+LOAD_INLINE = """
+import time, json
+t0 = time.perf_counter()
+import torch
+from torch.utils.cpp_extension import load_inline
+torch.cuda.init()
+t1 = time.perf_counter()
+cuda_src = r'''
+__global__ void axpb_kernel(const float* x, float* y, float a, float b, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = a * x[i] + b;
+}
+void axpb(torch::Tensor x, torch::Tensor y, double a, double b) {
+    int n = x.numel();
+    axpb_kernel<<<(n + 255) / 256, 256>>>(x.data_ptr<float>(), y.data_ptr<float>(), a, b, n);
+}
+'''
+cpp_src = "void axpb(torch::Tensor x, torch::Tensor y, double a, double b);"
+mod = load_inline("kart_bench_axpb", cpp_sources=cpp_src, cuda_sources=cuda_src,
+                  functions=["axpb"], build_directory=BUILD_DIR, verbose=False)
+""" + AXPB_CHECK + """
+mod.axpb(x, y, 1.5, -0.25)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+err = float((y - (1.5 * x - 0.25)).abs().max())
+print(json.dumps({"import": t1 - t0, "first": t2 - t1, "err": err}))
+"""
+
+TRITON = """
+import time, json
+t0 = time.perf_counter()
+import torch, triton, triton.language as tl
+torch.cuda.init()
+t1 = time.perf_counter()
+
+@triton.jit
+def axpb_kernel(x_ptr, y_ptr, a, b, n, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    m = i < n
+    tl.store(y_ptr + i, a * tl.load(x_ptr + i, mask=m) + b, mask=m)
+""" + AXPB_CHECK + """
+axpb_kernel[(triton.cdiv(n, 1024),)](x, y, 1.5, -0.25, n, BLOCK=1024)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+err = float((y - (1.5 * x - 0.25)).abs().max())
+print(json.dumps({"import": t1 - t0, "first": t2 - t1, "err": err}))
+"""
+
+KART_CUPY = """
+import time, json, subprocess
+t0 = time.perf_counter()
+import cupy as cp
+cp.cuda.runtime.getDeviceCount(); cp.zeros(1)
+t1 = time.perf_counter()
+path = subprocess.run([KART, "-q", "path", "smoke"], check=True, capture_output=True,
+                      text=True).stdout.strip()
+axpb = cp.RawModule(path=path).get_function("kart_smoke_axpb")
+n = 1_000_003
+x = cp.random.uniform(-4, 4, n, dtype=cp.float32)
+y = cp.full(n, cp.nan, dtype=cp.float32)
+axpb(((n + 255) // 256,), (256,), (x, y, cp.float32(1.5), cp.float32(-0.25), cp.int32(n)))
+cp.cuda.Device().synchronize()
+t2 = time.perf_counter()
+err = float(cp.max(cp.abs(y - (cp.float32(1.5) * x - cp.float32(0.25)))))
+print(json.dumps({"import": t1 - t0, "first": t2 - t1, "err": err}))
+"""
+
+
+def child(code: str, env: dict, timeout: float) -> dict:
+    t = time.perf_counter()
+    try:
+        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
+                             text=True, timeout=timeout)
+    except subprocess.TimeoutExpired:
+        return {"error": f"timed out after {timeout:.0f} s"}
+    wall = time.perf_counter() - t
+    lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
+    if out.returncode != 0 or not lines:
+        tail = (out.stderr or out.stdout).strip().splitlines()[-3:]
+        return {"error": f"exit {out.returncode}: " + " | ".join(tail)}
+    result = json.loads(lines[-1])
+    result["process"] = wall
+    return result
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--kart", required=True, help="the kart binary")
+    ap.add_argument("--repeat", type=int, default=3)
+    ap.add_argument("--timeout", type=float, default=300)
+    args = ap.parse_args()
+    kart = os.path.abspath(args.kart)
+    rows = {}
+    for _ in range(args.repeat):
+        with tempfile.TemporaryDirectory() as build, tempfile.TemporaryDirectory() as cache:
+            env = dict(os.environ, TORCH_EXTENSIONS_DIR=build)
+            runs = [
+                ("load_inline", LOAD_INLINE.replace("BUILD_DIR", repr(build)), env),
+                ("triton", TRITON, dict(os.environ, TRITON_CACHE_DIR=cache)),
+                ("triton-warm", TRITON, dict(os.environ, TRITON_CACHE_DIR=cache)),
+                ("kart+cupy", KART_CUPY.replace("KART", repr(kart)), dict(os.environ)),
+            ]
+            for name, code, child_env in runs:
+                result = child(code, child_env, args.timeout)
+                print(name, json.dumps(result), flush=True)
+                rows.setdefault(name, []).append(result)
+    print()
+    print(f"{'way':12} {'runs':>4} {'import s':>9} {'first result s':>15} {'process s':>10}"
+          f" {'max err':>9}  vs kart+cupy")
+    base = None
+    ok = [r for r in rows.get("kart+cupy", []) if "error" not in r]
+    if ok:
+        base = statistics.median(r["first"] for r in ok)
+    for name, results in rows.items():
+        good = [r for r in results if "error" not in r]
+        if not good:
+            print(f"{name:12} {0:>4}  failed: {results[0]['error']}")
+            continue
+        first = statistics.median(r["first"] for r in good)
+        ratio = f"{first / base:8.0f}x" if base else "n/a"
+        print(f"{name:12} {len(good):>4} {statistics.median(r['import'] for r in good):9.3f}"
+              f" {first:15.4f} {statistics.median(r['process'] for r in good):10.2f}"
+              f" {max(r['err'] for r in good):9.1e}  {ratio}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,486 @@
+//! `kart.attest`: the committed record of which blobs were loaded, resolved (and, for
+//! the smoke kernel, launched and checked) on which GPU, driver and kart.
+//!
+//! `kart smoke --all` writes it on a GPU machine. Each artifact is loaded in a child
+//! process, so an image that crashes the driver takes down only its own check: the
+//! child reports every artifact as it finishes, and the one it was working on when it
+//! died is the culprit. Like the lock, the file is sorted and carries no time, so it
+//! diffs cleanly; records of blobs the lock no longer names are dropped on write.
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, IoContext, Result};
+use crate::fsutil::write_atomic;
+use crate::key::ArtifactKind;
+use crate::lockfile::{LockedArtifact, Lockfile};
+use crate::manifest::{SourceFile, read_text};
+use crate::resolve::{Capability, cubin_fit, format_cuda_version};
+use crate::runtime::{Gpu, Runtime};
+use crate::smoke::{SMOKE_ENTRY, launch_smoke};
+use crate::target::TargetArch;
+
+/// The sidecar's file name, beside `kart.lock`.
+pub const ATTEST_FILE: &str = "kart.attest";
+
+/// Bump when a field is added, removed or changes meaning.
+pub const ATTEST_VERSION: u32 = 1;
+
+const HEADER: &str = "# kart.attest: blobs of kart.lock proven on real GPUs, written by `kart smoke --all`.\n\
+# Commit it beside kart.lock; do not edit it.\n\n";
+
+/// How far an artifact was proven on a GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Check {
+    /// Verified, loaded by the driver, every entry resolved and loaded.
+    Loaded,
+    /// Also launched on random data and compared with the CPU.
+    Launched,
+}
+
+/// One blob proven on one GPU, driver and kart.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Attestation {
+    /// sha256 of the blob.
+    pub digest: String,
+    /// The GPU's name (`NVIDIA H200`).
+    pub gpu: String,
+    /// Its compute capability (`9.0`).
+    pub capability: String,
+    /// The driver release (`580.159.04`), or the CUDA version it supports when the
+    /// release cannot be read.
+    pub driver: String,
+    /// The kart version that did the check.
+    pub kart: String,
+    /// What the blob is, for people reading the file (`smoke[] sm_90`).
+    pub artifact: String,
+    /// How far it was proven.
+    pub check: Check,
+}
+
+impl Attestation {
+    fn identity(&self) -> (&str, &str, &str, &str, &str) {
+        (
+            &self.digest,
+            &self.gpu,
+            &self.capability,
+            &self.driver,
+            &self.kart,
+        )
+    }
+
+    /// The GPU's name without the vendor (`H200`), for tables.
+    pub fn short_gpu(&self) -> &str {
+        self.gpu.strip_prefix("NVIDIA ").unwrap_or(&self.gpu)
+    }
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AttestFile {
+    /// [`ATTEST_VERSION`].
+    pub version: u32,
+    /// Every record, sorted.
+    #[serde(default, rename = "attestation")]
+    pub records: Vec<Attestation>,
+}
+
+impl AttestFile {
+    /// Reads `path`; a missing file is an empty record set. `shown` names it in
+    /// messages.
+    pub fn read(path: &Path, shown: &Path) -> Result<AttestFile> {
+        if !path.exists() {
+            return Ok(AttestFile {
+                version: ATTEST_VERSION,
+                records: Vec::new(),
+            });
+        }
+        let text = read_text(path)?;
+        let file = SourceFile {
+            path: shown.to_path_buf(),
+            text: &text,
+        };
+        let parsed: AttestFile = file.parse()?;
+        if parsed.version != ATTEST_VERSION {
+            return Err(file.error(
+                0..0,
+                format!(
+                    "attestation version {} is not {ATTEST_VERSION}",
+                    parsed.version
+                ),
+                "rerun `kart smoke --all` with this kart on a GPU machine",
+            ));
+        }
+        for r in &parsed.records {
+            if !crate::digest::is_sha256_hex(&r.digest) {
+                let offset = text.find(&r.digest).unwrap_or(0);
+                return Err(file.error(
+                    offset..offset + r.digest.len(),
+                    "a digest must be 64 lower-case hex digits",
+                    "rerun `kart smoke --all` on a GPU machine, or delete the record",
+                ));
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// Adds `new` records (each replaces a record of the same blob, GPU, capability,
+    /// driver and kart) and keeps only blobs `lock` names.
+    pub fn merge(&mut self, new: Vec<Attestation>, lock: &Lockfile) {
+        let named: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.digest.as_str()).collect();
+        let replaced: BTreeSet<(String, String, String, String, String)> = new
+            .iter()
+            .map(|r| {
+                let (a, b, c, d, e) = r.identity();
+                (a.into(), b.into(), c.into(), d.into(), e.into())
+            })
+            .collect();
+        self.records.retain(|r| {
+            let (a, b, c, d, e) = r.identity();
+            named.contains(a)
+                && !replaced.contains(&(a.into(), b.into(), c.into(), d.into(), e.into()))
+        });
+        self.records.extend(
+            new.into_iter()
+                .filter(|r| named.contains(r.digest.as_str())),
+        );
+        self.version = ATTEST_VERSION;
+        self.records.sort();
+        // Of two records of one identity keep one, with the further check.
+        self.records.dedup_by(|later, kept| {
+            let same = later.identity() == kept.identity();
+            if same && later.check > kept.check {
+                kept.check = later.check;
+            }
+            same
+        });
+    }
+
+    /// The file's text.
+    pub fn to_text(&self) -> String {
+        // Serializing plain structs of strings cannot fail.
+        format!("{HEADER}{}", toml::to_string(self).unwrap_or_default())
+    }
+
+    /// Writes the file atomically, only if its content changed.
+    pub fn write(&self, path: &Path) -> Result<bool> {
+        let text = self.to_text();
+        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+            return Ok(false);
+        }
+        write_atomic(path, text.as_bytes())?;
+        Ok(true)
+    }
+
+    /// The short names of the GPUs that attested `digest`, sorted, deduplicated.
+    pub fn gpus_for(&self, digest: &str) -> Vec<&str> {
+        let mut gpus: Vec<&str> = self
+            .records
+            .iter()
+            .filter(|r| r.digest == digest)
+            .map(Attestation::short_gpu)
+            .collect();
+        gpus.sort();
+        gpus.dedup();
+        gpus
+    }
+}
+
+/// The driver release, from the kernel module's version file on Linux; `None` where it
+/// cannot be read.
+pub fn driver_release() -> Option<String> {
+    let text = std::fs::read_to_string("/proc/driver/nvidia/version").ok()?;
+    // "NVRM version: NVIDIA UNIX x86_64 Kernel Module  580.159.04  Thu ..."
+    text.lines()
+        .next()?
+        .split_whitespace()
+        .find(|w| w.split('.').count() >= 2 && w.split('.').all(|p| p.parse::<u32>().is_ok()))
+        .map(str::to_string)
+}
+
+/// What a worker process reports for one artifact, one JSON line each.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerReport {
+    /// The blob.
+    pub digest: String,
+    /// How far it got, when it passed.
+    pub check: Option<Check>,
+    /// Why it failed, when it did.
+    pub error: Option<String>,
+}
+
+/// How one artifact's check ended.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// It passed this check.
+    Passed(Check),
+    /// kart reported an error (corrupt blob, driver refusal).
+    Failed(String),
+    /// The worker process died while checking it.
+    Crashed(String),
+}
+
+/// Checks `artifacts` in child processes made by `worker` (given the digests to check,
+/// it returns the command; the child prints one [`WorkerReport`] line per digest, in
+/// order, as each finishes). When a child dies, the digest it was working on is
+/// reported as crashed and the rest go to a fresh child. Returns one outcome per
+/// artifact, in order.
+pub fn check_in_children(
+    artifacts: &[&LockedArtifact],
+    mut worker: impl FnMut(&[&str]) -> Command,
+) -> Result<Vec<Outcome>> {
+    let mut outcomes: Vec<Option<Outcome>> = vec![None; artifacts.len()];
+    let mut next = 0;
+    while next < artifacts.len() {
+        let digests: Vec<&str> = artifacts[next..]
+            .iter()
+            .map(|a| a.digest.as_str())
+            .collect();
+        let mut child = worker(&digests)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .at("start the attestation worker", Path::new("kart"))?;
+        let stdout = child.stdout.take();
+        let stderr = child.stderr.take();
+        // Drain stderr on the side so a chatty child cannot block on a full pipe.
+        let stderr_reader = std::thread::spawn(move || {
+            let mut text = String::new();
+            if let Some(mut s) = stderr {
+                let _ = std::io::Read::read_to_string(&mut s, &mut text);
+            }
+            text
+        });
+        if let Some(stdout) = stdout {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let Ok(report) = serde_json::from_str::<WorkerReport>(&line) else {
+                    continue;
+                };
+                if artifacts.get(next).map(|a| a.digest.as_str()) != Some(&report.digest) {
+                    continue;
+                }
+                outcomes[next] = Some(match (report.check, report.error) {
+                    (Some(check), _) => Outcome::Passed(check),
+                    (None, error) => Outcome::Failed(error.unwrap_or_default()),
+                });
+                next += 1;
+            }
+        }
+        let status = child
+            .wait()
+            .at("wait for the attestation worker", Path::new("kart"))?;
+        let stderr_text = stderr_reader.join().unwrap_or_default();
+        if next < artifacts.len() {
+            let last_line = stderr_text.lines().last().unwrap_or("").trim().to_string();
+            let why = format!(
+                "the worker process died ({status}) while checking it{}",
+                if last_line.is_empty() {
+                    String::new()
+                } else {
+                    format!(": {last_line}")
+                }
+            );
+            if status.success() {
+                // A worker that exits cleanly without reporting is a kart bug, not the
+                // artifact's fault: stop rather than blame it.
+                return Err(Error::CheckFailed {
+                    message: format!("the attestation worker stopped early: {why}"),
+                    hint: None,
+                });
+            }
+            outcomes[next] = Some(Outcome::Crashed(why));
+            next += 1;
+        }
+    }
+    Ok(outcomes.into_iter().flatten().collect())
+}
+
+/// The worker's check of one blob of the lock on `gpu`: verify, load, resolve and load
+/// every entry; a smoke kernel is also launched on random data and compared with the
+/// CPU.
+pub fn check_blob(rt: &Runtime, gpu: &Gpu, digest: &str) -> WorkerReport {
+    let result = (|| -> Result<Check> {
+        let artifact = rt
+            .lock()
+            .artifacts
+            .iter()
+            .find(|a| a.digest == digest && a.kind == ArtifactKind::Cubin)
+            .ok_or_else(|| Error::NotLoadable {
+                message: format!("kart.lock names no cubin {digest}"),
+                hint: None,
+            })?;
+        let loaded = gpu.load_artifact(rt, artifact)?;
+        if artifact.entries.len() == 1 && artifact.entries[0].name == SMOKE_ENTRY {
+            launch_smoke(gpu, &loaded, 1 << 16 | 5)?;
+            return Ok(Check::Launched);
+        }
+        Ok(Check::Loaded)
+    })();
+    match result {
+        Ok(check) => WorkerReport {
+            digest: digest.into(),
+            check: Some(check),
+            error: None,
+        },
+        Err(e) => WorkerReport {
+            digest: digest.into(),
+            check: None,
+            error: Some(e.to_string()),
+        },
+    }
+}
+
+/// The cubins of `lock` a device of `capability` can run, one per distinct blob.
+pub fn loadable_cubins(lock: &Lockfile, capability: Capability) -> Vec<&LockedArtifact> {
+    let mut seen = BTreeSet::new();
+    lock.artifacts
+        .iter()
+        .filter(|a| a.kind == ArtifactKind::Cubin)
+        .filter(|a| {
+            a.target
+                .parse::<TargetArch>()
+                .is_ok_and(|t| cubin_fit(t, capability).is_some())
+        })
+        .filter(|a| seen.insert(a.digest.as_str()))
+        .collect()
+}
+
+/// The record of a passed check of `artifact` on `gpu`.
+pub fn record(artifact: &LockedArtifact, gpu: &Gpu, check: Check) -> Attestation {
+    Attestation {
+        digest: artifact.digest.clone(),
+        gpu: gpu.name.clone(),
+        capability: gpu.capability.to_string(),
+        driver: driver_release()
+            .unwrap_or_else(|| format!("CUDA {}", format_cuda_version(gpu.driver_version))),
+        kart: env!("CARGO_PKG_VERSION").into(),
+        artifact: artifact.describe(),
+        check,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(digest: char, gpu: &str, check: Check) -> Attestation {
+        Attestation {
+            digest: digest.to_string().repeat(64),
+            gpu: gpu.into(),
+            capability: "9.0".into(),
+            driver: "580.159.04".into(),
+            kart: "0.1.0".into(),
+            artifact: "smoke[] sm_90".into(),
+            check,
+        }
+    }
+
+    fn lock_naming(digests: &[char]) -> Lockfile {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::lockfile::LOCK_FILE),
+        )
+        .unwrap();
+        let mut lock = Lockfile::parse(&text, Path::new("kart.lock")).unwrap();
+        let template = lock.artifacts[0].clone();
+        lock.artifacts = digests
+            .iter()
+            .map(|d| LockedArtifact {
+                digest: d.to_string().repeat(64),
+                ..template.clone()
+            })
+            .collect();
+        lock
+    }
+
+    #[test]
+    fn merge_replaces_same_identity_and_drops_blobs_the_lock_forgot() {
+        let mut file = AttestFile::default();
+        file.merge(
+            vec![
+                record('b', "NVIDIA H200", Check::Loaded),
+                record('a', "NVIDIA H100 80GB HBM3", Check::Loaded),
+                record('c', "NVIDIA H200", Check::Loaded),
+            ],
+            &lock_naming(&['a', 'b', 'c']),
+        );
+        file.merge(
+            vec![record('b', "NVIDIA H200", Check::Launched)],
+            &lock_naming(&['a', 'b']),
+        );
+        let got: Vec<(char, &str, Check)> = file
+            .records
+            .iter()
+            .map(|r| (r.digest.chars().next().unwrap(), r.gpu.as_str(), r.check))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                ('a', "NVIDIA H100 80GB HBM3", Check::Loaded),
+                ('b', "NVIDIA H200", Check::Launched)
+            ]
+        );
+        assert_eq!(file.gpus_for(&"a".repeat(64)), vec!["H100 80GB HBM3"]);
+    }
+
+    #[test]
+    fn text_round_trips_and_is_validated() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(ATTEST_FILE);
+        let mut file = AttestFile::default();
+        file.merge(
+            vec![record('e', "NVIDIA H200", Check::Launched)],
+            &lock_naming(&['e']),
+        );
+        assert!(file.write(&path).unwrap());
+        assert!(
+            !file.write(&path).unwrap(),
+            "unchanged content is not rewritten"
+        );
+        assert_eq!(
+            AttestFile::read(&path, Path::new(ATTEST_FILE)).unwrap(),
+            file
+        );
+        let text = std::fs::read_to_string(&path).unwrap();
+        std::fs::write(&path, text.replace(&"e".repeat(64), "../../etc/passwd")).unwrap();
+        let err = AttestFile::read(&path, Path::new(ATTEST_FILE)).unwrap_err();
+        assert!(err.to_string().contains("64 lower-case hex"), "{err}");
+    }
+
+    #[test]
+    fn a_crashing_worker_blames_only_the_artifact_in_progress() {
+        let lock = lock_naming(&['a', 'b', 'c']);
+        let artifacts: Vec<&LockedArtifact> = lock.artifacts.iter().collect();
+        let crash_on = "b".repeat(64);
+        let mut spawned = 0;
+        // A real child process (sh) stands in for the kart worker: it reports each
+        // digest as passed and kills itself on `b…`, as a crashing driver would.
+        let outcomes = check_in_children(&artifacts, |digests| {
+            spawned += 1;
+            let mut cmd = Command::new("sh");
+            cmd.arg("-c").arg(format!(
+                "for d in \"$@\"; do if [ \"$d\" = {crash_on} ]; then echo dying >&2; kill -SEGV $$; fi; \
+                 echo \"{{\\\"digest\\\":\\\"$d\\\",\\\"check\\\":\\\"loaded\\\",\\\"error\\\":null}}\"; done"
+            ));
+            cmd.arg("sh").args(digests);
+            cmd
+        })
+        .unwrap();
+        assert_eq!(spawned, 2);
+        assert_eq!(outcomes[0], Outcome::Passed(Check::Loaded));
+        assert!(
+            matches!(&outcomes[1], Outcome::Crashed(why) if why.contains("dying")),
+            "{:?}",
+            outcomes[1]
+        );
+        assert_eq!(outcomes[2], Outcome::Passed(Check::Loaded));
+    }
+}

@@ -83,7 +83,7 @@ printf -- '--locked check (%d artifacts): median of 21 runs %.1f ms\n' "$n" "$(e
 
 # Bytes of the distinct artifacts (identical cubins of different configs are stored once).
 raw=$(awk '/^digest = /{d=$3} /^size = /{if (!(d in seen)) {seen[d]=1; s+=$3}} END{print s}' "$dir/kart.lock")
-stored=$(find "$dir/artifacts/v1/blobs" -name '*.zst' -printf '%s\n' | awk '{s+=$1} END{print s}')
-blobs=$(find "$dir/artifacts/v1/blobs" -name '*.zst' | wc -l)
+stored=$(find "$dir/artifacts/v1/blobs" -type f -printf '%s\n' | awk '{s+=$1} END{print s}')
+blobs=$(find "$dir/artifacts/v1/blobs" -type f | wc -l)
 printf 'store: %d artifacts in %d distinct blobs; %d bytes of distinct cubins, %d bytes stored: compression ratio %.2f\n' \
   "$n" "$blobs" "$raw" "$stored" "$(echo "$raw / $stored" | bc -l)"

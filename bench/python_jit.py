@@ -99,13 +99,18 @@ print(json.dumps({"import": t1 - t0, "first": t2 - t1, "err": err}))
 
 
 def child(code: str, env: dict, timeout: float) -> dict:
-    t = time.perf_counter()
-    try:
-        out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True,
-                             text=True, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        return {"error": f"timed out after {timeout:.0f} s"}
-    wall = time.perf_counter() - t
+    # A script file, not `-c`: Triton reads a kernel's source from its file.
+    with tempfile.TemporaryDirectory() as scratch:
+        script = os.path.join(scratch, "child.py")
+        with open(script, "w") as f:
+            f.write(code)
+        t = time.perf_counter()
+        try:
+            out = subprocess.run([sys.executable, script], env=env, capture_output=True,
+                                 text=True, timeout=timeout)
+        except subprocess.TimeoutExpired:
+            return {"error": f"timed out after {timeout:.0f} s"}
+        wall = time.perf_counter() - t
     lines = [line for line in out.stdout.splitlines() if line.startswith("{")]
     if out.returncode != 0 or not lines:
         tail = (out.stderr or out.stdout).strip().splitlines()[-3:]

@@ -334,7 +334,7 @@ pub fn check_blob(rt: &Runtime, gpu: &Gpu, digest: &str) -> WorkerReport {
         Err(e) => WorkerReport {
             digest: digest.into(),
             check: None,
-            error: Some(e.to_string()),
+            error: Some(e.with_causes()),
         },
     }
 }

@@ -54,11 +54,11 @@ pub enum Error {
         source: std::io::Error,
     },
     /// A blob's bytes do not hash to the digest it is stored under.
-    #[error("blob {digest} is corrupt: its bytes hash to {actual} ({})", path.display())]
+    #[error("blob {digest} is corrupt: {actual} (now at {})", path.display())]
     CorruptBlob {
         /// The digest the blob is named by.
         digest: String,
-        /// What its bytes actually hash to.
+        /// What is wrong: what its bytes hash to, or why they could not be read.
         actual: String,
         /// Where it was (now quarantined).
         path: PathBuf,
@@ -126,6 +126,19 @@ impl Error {
             | Error::StoreBusy { .. }
             | Error::NotLoadable { .. } => 1,
         }
+    }
+
+    /// The message with every underlying cause, on one line (for reports that carry
+    /// an error as text).
+    pub fn with_causes(&self) -> String {
+        let mut text = self.to_string();
+        let mut source = std::error::Error::source(self);
+        while let Some(s) = source {
+            text.push_str(": ");
+            text.push_str(&s.to_string());
+            source = s.source();
+        }
+        text
     }
 
     /// A line telling the user what to do, where kart knows.

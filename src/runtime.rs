@@ -432,15 +432,17 @@ impl Gpu {
 
 /// With lazy loading (`CUDA_MODULE_LOADING=LAZY`, the default) a function is only
 /// really loaded at its first launch; `cuFuncLoad` (CUDA 12.4+) loads it now, so a
-/// broken image fails here and not inside a timed region.
+/// broken image fails here and not inside a timed region. Older drivers have no
+/// `cuFuncLoad`; reading an attribute forces the load there.
 fn force_load(f: &CudaFunction, driver_version: i32) -> Result<()> {
     if driver_version >= 12040 {
         // SAFETY: a valid function handle of a live module.
         unsafe { sys::cuFuncLoad(f.cu_function()) }
             .result()
-            .map_err(driver_err("cuFuncLoad"))?;
+            .map_err(driver_err("cuFuncLoad"))
+    } else {
+        f.num_regs()
+            .map(|_| ())
+            .map_err(driver_err("cuFuncGetAttribute"))
     }
-    // Reading an attribute also forces the load on older drivers.
-    f.num_regs().map_err(driver_err("cuFuncGetAttribute"))?;
-    Ok(())
 }

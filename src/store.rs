@@ -5,8 +5,10 @@
 //!   CACHEDIR.TAG, .gitignore       (backup tools and git leave it alone)
 //!   v1/
 //!     .lock                        shared by builds and reads, exclusive for gc and sweeps
-//!     blobs/ab/<sha256>.zst        zstd of the artifact; the name is the sha256 of the
+//!     blobs/ab/<sha256>.zst        zstd of an artifact; the name is the sha256 of the
 //!                                  uncompressed bytes, checked on every read
+//!     blobs/ab/<sha256>            an artifact of at most 64 KiB, stored as is: zstd's
+//!                                  fixed cost would be most of its load time
 //!     actions/ab/<key>.json        action key → digest, resources, nvcc stderr, preimage
 //!     toolchains/<id>.json         cached toolchain fingerprints
 //!     smoke/<fingerprint>          toolchains that passed the smoke compile
@@ -43,6 +45,11 @@ const ZSTD_LEVEL: i32 = 12;
 
 /// Upper bound for a blob whose expected size is unknown; a zstd bomb stops here.
 const MAX_BLOB_BYTES: u64 = 1 << 30;
+
+/// Blobs up to this size are stored uncompressed. Decompressing a 4 KiB cubin costs
+/// about 5 µs whatever the level (table setup), as much as hashing it twice and a
+/// third of the driver's load; above this size the saved disk is worth the time.
+pub const RAW_BLOB_MAX: usize = 64 << 10;
 
 /// What an action key produced: stored as `actions/ab/<key>.json`.
 #[derive(Clone, Debug, Serialize, Deserialize, PartialEq, Eq)]
@@ -190,12 +197,41 @@ impl Store {
         self.dir.join("materialized")
     }
 
-    /// The path of a blob's compressed file.
+    /// The path of a blob's file: the uncompressed file where there is one, else the
+    /// `.zst` (whether or not it exists).
     pub fn blob_path(&self, digest: &str) -> PathBuf {
+        let raw = self.raw_blob_path(digest);
+        if raw.is_file() {
+            raw
+        } else {
+            self.zst_blob_path(digest)
+        }
+    }
+
+    fn raw_blob_path(&self, digest: &str) -> PathBuf {
+        self.dir.join("blobs").join(&digest[..2]).join(digest)
+    }
+
+    fn zst_blob_path(&self, digest: &str) -> PathBuf {
         self.dir
             .join("blobs")
             .join(&digest[..2])
             .join(format!("{digest}.zst"))
+    }
+
+    /// Writes `bytes` as the stored file of `digest` without checking them, in the
+    /// encoding their size calls for. For fault-injection tests: a real store only
+    /// gets blobs through [`Store::put_blob`].
+    pub fn plant_blob_unchecked(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        let _ = std::fs::remove_file(self.raw_blob_path(digest));
+        let _ = std::fs::remove_file(self.zst_blob_path(digest));
+        if bytes.len() <= RAW_BLOB_MAX {
+            write_atomic(&self.raw_blob_path(digest), bytes)
+        } else {
+            let path = self.zst_blob_path(digest);
+            let compressed = zstd::bulk::compress(bytes, 1).at("compress", &path)?;
+            write_atomic(&path, &compressed)
+        }
     }
 
     fn entry_path(&self, key: &str) -> PathBuf {
@@ -210,11 +246,23 @@ impl Store {
         is_sha256_hex(digest) && self.blob_path(digest).is_file()
     }
 
+    /// The size of a blob's stored file (compressed or not), if it is there.
+    pub fn stored_size(&self, digest: &str) -> Option<u64> {
+        std::fs::metadata(self.blob_path(digest))
+            .ok()
+            .map(|m| m.len())
+    }
+
     /// Stores `bytes` under their sha256 and returns it. Identical bytes are stored once.
     pub fn put_blob(&self, bytes: &[u8]) -> Result<String> {
         let digest = sha256_hex(bytes);
-        let path = self.blob_path(&digest);
-        if !path.is_file() {
+        if self.has_blob(&digest) {
+            return Ok(digest);
+        }
+        if bytes.len() <= RAW_BLOB_MAX {
+            write_atomic(&self.raw_blob_path(&digest), bytes)?;
+        } else {
+            let path = self.zst_blob_path(&digest);
             let compressed = zstd::bulk::compress(bytes, ZSTD_LEVEL).at("compress", &path)?;
             write_atomic(&path, &compressed)?;
         }
@@ -231,15 +279,27 @@ impl Store {
                 message: format!("`{digest}` is not a sha256 digest"),
             });
         }
-        let path = self.blob_path(digest);
-        let frame = std::fs::read(&path).at("read blob", &path)?;
-        let actual = match decompress_bounded(&frame, expected_size) {
+        let limit = expected_size.unwrap_or(MAX_BLOB_BYTES);
+        let raw = self.raw_blob_path(digest);
+        let (path, decoded) = match File::open(&raw) {
+            Ok(file) => (raw, read_bounded(file, limit)),
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                let path = self.zst_blob_path(digest);
+                let file = File::open(&path).at("read blob", &path)?;
+                let bound = zstd::zstd_safe::compress_bound(limit as usize) as u64;
+                let decoded = read_bounded(file, bound)
+                    .and_then(|frame| decompress_bounded(&frame, expected_size));
+                (path, decoded)
+            }
+            Err(e) => return Err(e).at("read blob", &raw),
+        };
+        let actual = match decoded {
             Ok(bytes) => {
                 let actual = sha256_hex(&bytes);
                 if actual == digest {
                     return Ok(bytes);
                 }
-                actual
+                format!("its bytes hash to {actual}")
             }
             Err(why) => why,
         };
@@ -309,7 +369,11 @@ impl Store {
 
     /// Digests of every blob file in the store.
     pub fn blob_digests(&self) -> Result<Vec<String>> {
-        self.list("blobs", ".zst")
+        let mut digests = self.list("blobs", ".zst")?;
+        digests.extend(self.list("blobs", "")?);
+        digests.sort();
+        digests.dedup();
+        Ok(digests)
     }
 
     /// Keys of every action entry in the store.
@@ -337,12 +401,16 @@ impl Store {
         Ok(out)
     }
 
-    /// Removes a blob; returns its compressed size.
+    /// Removes a blob (both forms, where both exist); returns the bytes freed.
     pub fn remove_blob(&self, digest: &str) -> Result<u64> {
-        let path = self.blob_path(digest);
-        let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-        std::fs::remove_file(&path).at("remove", &path)?;
-        Ok(size)
+        let mut freed = 0;
+        for path in [self.raw_blob_path(digest), self.zst_blob_path(digest)] {
+            if let Ok(meta) = std::fs::metadata(&path) {
+                std::fs::remove_file(&path).at("remove", &path)?;
+                freed += meta.len();
+            }
+        }
+        Ok(freed)
     }
 
     /// Removes an action entry.
@@ -376,6 +444,24 @@ fn scaffold(root: &Path) -> Result<()> {
         write_atomic(&ignore, b"*\n")?;
     }
     Ok(())
+}
+
+/// Reads a whole file that must not be longer than `limit` bytes (checked before
+/// anything is allocated, and again while reading, in case it grows).
+fn read_bounded(file: File, limit: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len > limit {
+        return Err(format!("larger than {limit} bytes ({len})"));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("unreadable ({e})"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(bytes)
 }
 
 thread_local! {
@@ -454,13 +540,41 @@ mod tests {
     fn a_frame_larger_than_the_lock_says_is_refused_without_inflating() {
         let dir = tempfile::tempdir().unwrap();
         let store = open(dir.path());
-        let digest = store.put_blob(b"small").unwrap();
+        let big: Vec<u8> = (0..100_000u32).map(|i| (i * 7919 % 251) as u8).collect();
+        let digest = store.put_blob(&big).unwrap();
+        assert!(store.blob_path(&digest).to_string_lossy().ends_with(".zst"));
         // 64 MiB of zeros compress to a few KiB: a bomb for a reader without a bound.
         let bomb = zstd::bulk::compress(&vec![0u8; 64 << 20], 3).unwrap();
         std::fs::write(store.blob_path(&digest), bomb).unwrap();
-        let err = store.read_blob(&digest, Some(5)).unwrap_err();
-        assert!(err.to_string().contains("larger than 5 bytes"), "{err}");
+        let err = store.read_blob(&digest, Some(100_000)).unwrap_err();
+        assert!(
+            err.to_string().contains("larger than 100000 bytes"),
+            "{err}"
+        );
         assert!(!store.has_blob(&digest));
+    }
+
+    #[test]
+    fn small_blobs_are_stored_as_is_and_still_checked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = open(dir.path());
+        let digest = store.put_blob(b"small cubin").unwrap();
+        let path = store.blob_path(&digest);
+        assert_eq!(std::fs::read(&path).unwrap(), b"small cubin");
+        assert_eq!(store.blob_digests().unwrap(), vec![digest.clone()]);
+        std::fs::write(&path, b"small cubin, grown").unwrap();
+        let err = store.read_blob(&digest, Some(11)).unwrap_err();
+        assert!(err.to_string().contains("larger than 11 bytes"), "{err}");
+        store.put_blob(b"small cubin").unwrap();
+        std::fs::write(&path, b"SMALL CUBIN").unwrap();
+        assert!(matches!(
+            store.read_blob(&digest, Some(11)),
+            Err(Error::CorruptBlob { .. })
+        ));
+        assert_eq!(
+            store.remove_blob(&store.put_blob(b"x").unwrap()).unwrap(),
+            1
+        );
     }
 
     #[test]

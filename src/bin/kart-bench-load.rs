@@ -38,7 +38,6 @@ fn nvrtc_cubin(src: &str, arch: &str, defines: &[&str]) -> Result<Vec<u8>, Strin
     }
     let src = CString::new(src).map_err(|e| e.to_string())?;
     let mut opts: Vec<CString> = vec![CString::new(format!("--gpu-architecture={arch}")).unwrap()];
-    opts.push(CString::new("-O3").unwrap());
     opts.extend(
         defines
             .iter()

@@ -222,13 +222,13 @@ fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) -> TestResu
     for b in &mut evil[bytes.len() / 2..bytes.len() / 2 + 4] {
         *b ^= 0xff;
     }
-    let path = rt.store().blob_path(&a.digest);
-    std::fs::write(&path, zstd::bulk::compress(&evil, 3).unwrap()).map_err(|e| e.to_string())?;
+    rt.store()
+        .plant_blob_unchecked(&a.digest, &evil)
+        .map_err(|e| e.to_string())?;
     let fresh = Gpu::open(0).map_err(|e| e.to_string())?;
     let result = fresh.kernel(&rt, &a.kernel, &a.config);
     // Put the good blob back for the other tests.
-    std::fs::create_dir_all(path.parent().unwrap()).unwrap();
-    std::fs::write(&path, zstd::bulk::compress(&bytes, 3).unwrap()).map_err(|e| e.to_string())?;
+    rt.store().put_blob(&bytes).map_err(|e| e.to_string())?;
     match result {
         Err(kart::Error::CorruptBlob { .. }) => Ok(()),
         Err(e) => Err(format!("wrong error: {e}")),
@@ -278,10 +278,13 @@ fn cached_lookup_returns_the_loaded_module(f: &Fixture, gpu: &Gpu) -> TestResult
     let rt = f.runtime();
     let c = config(&[("FACTOR", 2), ("OFFSET", 0)]);
     let first = gpu.kernel(&rt, "scale", &c).map_err(|e| e.to_string())?;
-    // Remove the blob: a cached lookup must not read it again.
-    std::fs::remove_file(rt.store().blob_path(&first.artifact.digest))
-        .map_err(|e| e.to_string())?;
-    let second = gpu.kernel(&rt, "scale", &c).map_err(|e| e.to_string())?;
+    // Move the blob away: a cached lookup must not read it again.
+    let path = rt.store().blob_path(&first.artifact.digest);
+    let aside = path.with_extension("aside");
+    std::fs::rename(&path, &aside).map_err(|e| e.to_string())?;
+    let second = gpu.kernel(&rt, "scale", &c);
+    std::fs::rename(&aside, &path).map_err(|e| e.to_string())?;
+    let second = second.map_err(|e| e.to_string())?;
     if !Arc::ptr_eq(&first, &second) {
         return Err("second lookup loaded again".into());
     }

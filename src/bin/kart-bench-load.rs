@@ -85,53 +85,6 @@ fn nvrtc_cubin(src: &str, arch: &str, defines: &[&str]) -> Result<Vec<u8>, Strin
     }
 }
 
-/// A prototype of a pipelined read: one thread decompresses 64 KiB chunks while this
-/// one hashes the chunks already out, so (c) pays max(decompress, hash), not the sum.
-fn read_pipelined(path: &std::path::Path, size: usize) -> Result<(Vec<u8>, String), String> {
-    use sha2::{Digest, Sha256};
-    use std::io::Read;
-    let frame = std::fs::read(path).map_err(|e| e.to_string())?;
-    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(8);
-    std::thread::scope(|scope| {
-        let producer = scope.spawn(move || -> Result<(), String> {
-            let mut decoder =
-                zstd::stream::read::Decoder::with_buffer(&frame[..]).map_err(|e| e.to_string())?;
-            loop {
-                let mut chunk = vec![0u8; 64 << 10];
-                let mut filled = 0;
-                while filled < chunk.len() {
-                    let n = decoder
-                        .read(&mut chunk[filled..])
-                        .map_err(|e| e.to_string())?;
-                    if n == 0 {
-                        break;
-                    }
-                    filled += n;
-                }
-                chunk.truncate(filled);
-                if filled == 0 || tx.send(chunk).is_err() {
-                    return Ok(());
-                }
-            }
-        });
-        let mut hasher = Sha256::new();
-        let mut out = Vec::with_capacity(size);
-        for chunk in rx {
-            hasher.update(&chunk);
-            out.extend_from_slice(&chunk);
-        }
-        producer
-            .join()
-            .map_err(|_| "decoder thread panicked".to_string())??;
-        let digest: String = hasher
-            .finalize()
-            .iter()
-            .map(|b| format!("{b:02x}"))
-            .collect();
-        Ok((out, digest))
-    })
-}
-
 fn median(mut v: Vec<Duration>) -> Duration {
     v.sort();
     v[v.len() / 2]
@@ -252,26 +205,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             load.push(loaded.timings.load);
             resolve.push(loaded.timings.resolve);
         }
-        // (c2) the same with the pipelined read prototype (decompress ‖ hash) + load.
-        let mut c2 = Vec::new();
-        let blob_path = rt.store().blob_path(&cubin.digest);
-        for _ in 0..iters {
-            let t = Instant::now();
-            let (bytes, digest) = read_pipelined(&blob_path, cubin.size as usize)?;
-            if digest != cubin.digest {
-                return Err("pipelined read: digest mismatch".into());
-            }
-            let m = ctx.load_module(cudarc::nvrtc::Ptx::from_binary(bytes))?;
-            m.load_function(&entry)?.num_regs()?;
-            c2.push(t.elapsed());
-        }
-        breakdown.push((
-            kernel,
-            median(read),
-            median(load),
-            median(resolve),
-            median(c2),
-        ));
+        breakdown.push((kernel, median(read), median(load), median(resolve)));
         // (d) cached lookup.
         gpu.kernel(&rt, kernel, &config)?;
         let n = 200_000u32;
@@ -330,15 +264,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         );
     }
     println!(
-        "where (c) went (medians): read = file read + zstd + sha256; load = cuModuleLoadData; resolve = lookup + cuFuncLoad of every entry"
+        "where (c) went (medians): read = file read (+ zstd above 64 KiB) + sha256; load = cuModuleLoadData; resolve = lookup + cuFuncLoad of every entry"
     );
-    for (kernel, read, load, resolve, c2) in breakdown {
+    for (kernel, read, load, resolve) in breakdown {
         println!(
-            "{kernel:8} read {:8.1}µs  load {:8.1}µs  resolve {:6.1}µs  | prototype (c2) pipelined read + load {:8.1}µs",
+            "{kernel:8} read {:8.1}µs  load {:8.1}µs  resolve {:6.1}µs",
             us(read),
             us(load),
-            us(resolve),
-            us(c2)
+            us(resolve)
         );
     }
     Ok(())

@@ -69,6 +69,13 @@ pub struct BuildOptions {
     pub nvcc: Option<PathBuf>,
     /// How long to wait for another process's exclusive hold of the store.
     pub lock_timeout: Duration,
+    /// The remote cache to read through (and, with `push`, write through).
+    pub remote: Option<crate::transfer::SharedRemote>,
+    /// Upload what the selection built or took to the remote.
+    pub push: bool,
+    /// Take a trusted remote's action entries without their blobs (a CI merge job
+    /// that only writes the lock).
+    pub entries_only: bool,
 }
 
 impl Default for BuildOptions {
@@ -81,6 +88,9 @@ impl Default for BuildOptions {
             shard: None,
             nvcc: None,
             lock_timeout: Duration::from_secs(60),
+            remote: None,
+            push: false,
+            entries_only: false,
         }
     }
 }
@@ -106,8 +116,14 @@ pub struct BuildSummary {
     pub selected: usize,
     /// Taken from the store.
     pub from_store: usize,
+    /// Taken from the remote (entries from a trusted one, or blobs the lock names).
+    pub from_remote: usize,
+    /// Blobs downloaded from the remote.
+    pub downloaded: usize,
     /// Compiled now.
     pub compiled: usize,
+    /// Blobs uploaded with `push`.
+    pub pushed: usize,
     /// Whether `kart.lock` changed.
     pub lock_changed: bool,
     /// Artifacts in the written lock, and in the project.
@@ -337,14 +353,39 @@ pub fn build(
             .collect();
     }
 
+    let old_lock = ws.lock()?;
+    // The lock is the trust root: an artifact it lists with this key, whose blob is
+    // here (fetched, say), needs no compile even without a local action entry.
+    let locked_here = |p: &Planned| {
+        old_lock
+            .artifacts
+            .iter()
+            .any(|a| a.key == p.key && ws.store.has_blob(&a.digest))
+    };
     let mut to_compile = Vec::new();
     let mut from_store = 0;
     for p in &selected {
-        match ws.stored_entry(&p.key, reporter) {
-            Some(_) => from_store += 1,
-            None => to_compile.push(*p),
+        if ws.stored_entry(&p.key, reporter).is_some() || locked_here(p) {
+            from_store += 1;
+        } else {
+            to_compile.push(*p);
         }
     }
+    let mut pulled = crate::transfer::Pulled::default();
+    if let Some(remote) = &options.remote
+        && !to_compile.is_empty()
+    {
+        pulled = crate::transfer::pull_missing(
+            ws,
+            remote,
+            &to_compile,
+            &old_lock,
+            options.entries_only,
+            reporter,
+        );
+        to_compile.retain(|p| !pulled.entries.contains_key(&p.key) && !locked_here(p));
+    }
+    let from_remote = selected.len() - from_store - to_compile.len();
     reporter.planned(selected.len(), to_compile.len());
 
     if !to_compile.is_empty() && !ws.store.smoke_passed(&toolchain.fingerprint) {
@@ -363,11 +404,27 @@ pub fn build(
     let mut summary = BuildSummary {
         selected: selected.len(),
         from_store,
+        from_remote,
+        downloaded: pulled.blobs,
         compiled,
         ..BuildSummary::default()
     };
+    if options.push
+        && let Some(remote) = &options.remote
+    {
+        let entries: Vec<ActionEntry> = selected
+            .iter()
+            .filter_map(|p| ws.stored_entry(&p.key, reporter))
+            .collect();
+        let keys: Vec<(&str, &str)> = entries
+            .iter()
+            .map(|e| (e.key.as_str(), e.digest.as_str()))
+            .collect();
+        let report = crate::transfer::push_keys(ws, remote, &keys, &crate::transfer::Quiet)?;
+        summary.pushed = report.blobs_uploaded;
+    }
     if options.shard.is_none() {
-        let (lock, changed) = write_lock(ws, &planned, reporter)?;
+        let (lock, changed) = write_lock(ws, &planned, &pulled.entries, reporter)?;
         summary.lock_changed = changed;
         summary.lock_entries = (lock.artifacts.len(), planned.len());
     }
@@ -479,6 +536,7 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 fn write_lock(
     ws: &Workspace,
     planned: &[Planned],
+    from_remote: &std::collections::HashMap<String, ActionEntry>,
     reporter: &dyn BuildReporter,
 ) -> Result<(Lockfile, bool)> {
     let old = ws.lock()?;
@@ -486,6 +544,8 @@ fn write_lock(
     for p in planned {
         if let Some(entry) = ws.stored_entry(&p.key, reporter) {
             artifacts.push(locked_artifact(&ws.project, p, &entry));
+        } else if let Some(entry) = from_remote.get(&p.key) {
+            artifacts.push(locked_artifact(&ws.project, p, entry));
         } else if let Some(kept) = old
             .find(
                 &ws.project.kernels[p.kernel].name,

@@ -9,6 +9,17 @@ use std::path::PathBuf;
 /// Result with kart's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
+/// How a remote request failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RemoteFailure {
+    /// No answer: connection refused, timeouts, or 5xx after every retry.
+    Unreachable,
+    /// The server said no (4xx other than 404, a redirect).
+    Refused,
+    /// The server answered with bytes that fail a check (digest, size, schema).
+    Corrupt,
+}
+
 /// What went wrong, grouped by who has to act.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
@@ -40,6 +51,19 @@ pub enum Error {
         /// What is missing.
         message: String,
         /// How to get it.
+        hint: Option<String>,
+    },
+    /// The remote cache failed or refused a request, or sent bytes that fail a check.
+    #[error("remote {url}: {message}")]
+    Remote {
+        /// The URL of the request, without credentials or query.
+        url: String,
+        /// What happened.
+        message: String,
+        /// Why it failed, for callers that degrade (a build goes on locally when the
+        /// remote is unreachable).
+        failure: RemoteFailure,
+        /// What to do about it.
         hint: Option<String>,
     },
     /// A file-system operation failed.
@@ -124,7 +148,8 @@ impl Error {
             | Error::BuildFailed { .. }
             | Error::CheckFailed { .. }
             | Error::StoreBusy { .. }
-            | Error::NotLoadable { .. } => 1,
+            | Error::NotLoadable { .. }
+            | Error::Remote { .. } => 1,
         }
     }
 
@@ -148,7 +173,8 @@ impl Error {
             | Error::Usage { hint, .. }
             | Error::Environment { hint, .. }
             | Error::CheckFailed { hint, .. }
-            | Error::NotLoadable { hint, .. } => hint.clone(),
+            | Error::NotLoadable { hint, .. }
+            | Error::Remote { hint, .. } => hint.clone(),
             Error::CorruptBlob { .. } => Some(
                 "the blob was moved to the store's quarantine; `kart build` compiles it again"
                     .into(),

@@ -20,6 +20,13 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .at("create a temp file in", dir)?;
     tmp.write_all(bytes).at("write", tmp.path())?;
     tmp.as_file().sync_all().at("sync", tmp.path())?;
+    crate::failpoint::hit(
+        "write-atomic.before-rename",
+        &path
+            .file_name()
+            .map(|n| n.to_string_lossy())
+            .unwrap_or_default(),
+    );
     tmp.persist(path)
         .map_err(|e| e.error)
         .at("rename a temp file to", path)?;

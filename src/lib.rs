@@ -10,6 +10,8 @@
 //! - [`cubin`]: what a cubin says about itself;
 //! - [`store`]: the content-addressed local store;
 //! - [`lockfile`]: the `kart.lock` file;
+//! - [`remote`]: the shared cache over HTTP or a folder;
+//! - [`transfer`]: `fetch`, `push`, and the build's read- and write-through;
 //! - [`build`]: planning and running a build, the `--locked` check;
 //! - [`maintain`]: `verify`, `gc`, `ls`;
 //! - [`resolve`]: which artifact a device can run;
@@ -30,11 +32,13 @@ pub mod lockfile;
 pub mod maintain;
 pub mod manifest;
 pub mod process;
+pub mod remote;
 pub mod resolve;
 pub mod runtime;
 pub mod smoke;
 pub mod store;
 pub mod target;
 pub mod toolchain;
+pub mod transfer;
 
 pub use error::{Error, Result};

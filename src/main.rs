@@ -16,7 +16,7 @@ use kart::build::{
 use kart::compile::CompileFailure;
 use kart::error::{Error, IoContext, Result};
 use kart::key::{ArtifactKind, action_key, action_preimage, kernel_input_files};
-use kart::lockfile::describe;
+use kart::lockfile::{LOCK_FILE, Lockfile, describe, lock_path};
 use kart::maintain;
 use kart::manifest::{Config, ParamValue, Project};
 use kart::store::LockMode;
@@ -39,6 +39,13 @@ struct Cli {
     /// Seconds to wait for another kart process holding the store.
     #[arg(long, global = true, default_value_t = 60, value_name = "SECONDS")]
     lock_timeout: u64,
+    /// The remote cache (default: kart.toml's [remote] url). http://, https:// or
+    /// file://; the bearer token comes from KART_REMOTE_TOKEN.
+    #[arg(long, global = true, value_name = "URL", env = "KART_REMOTE")]
+    remote: Option<String>,
+    /// Never write to the remote.
+    #[arg(long, global = true)]
+    read_only: bool,
     #[command(subcommand)]
     command: Command,
 }
@@ -119,6 +126,26 @@ enum Command {
         #[arg(long)]
         target: Option<TargetArch>,
     },
+    /// Download the blobs kart.lock names that the store lacks, checking every byte.
+    Fetch {
+        /// Only these kernels (default: all).
+        kernels: Vec<String>,
+        /// Only artifacts for these targets.
+        #[arg(long = "target", value_name = "sm_XX")]
+        targets: Vec<TargetArch>,
+        /// Only what GPU 0 of this machine would load.
+        #[arg(long)]
+        device: bool,
+        /// Parallel transfers.
+        #[arg(short, long, default_value_t = 16)]
+        jobs: usize,
+    },
+    /// Upload the blobs and action entries of kart.lock that the remote lacks.
+    Push {
+        /// Parallel transfers.
+        #[arg(short, long, default_value_t = 16)]
+        jobs: usize,
+    },
     /// Remove blobs and entries kart.lock no longer names.
     Gc {
         /// Only say what would be removed.
@@ -152,6 +179,17 @@ struct BuildArgs {
     /// Replay nvcc's stored warnings for artifacts taken from the store.
     #[arg(short, long)]
     verbose: bool,
+    /// Upload what the selection built or took to the remote (HEAD first, then PUT);
+    /// a failed upload fails the build.
+    #[arg(long, conflicts_with = "no_remote")]
+    push: bool,
+    /// Do not use the remote at all.
+    #[arg(long)]
+    no_remote: bool,
+    /// Take a trusted remote's action entries without downloading their blobs: for a
+    /// CI job that only writes kart.lock.
+    #[arg(long)]
+    entries_only: bool,
 }
 
 fn main() -> ExitCode {
@@ -253,6 +291,19 @@ fn run(cli: &Cli) -> Result<ExitCode> {
             let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
             cmd_path(ws, kernel, params, *target)
         }
+        Command::Fetch {
+            kernels,
+            targets,
+            device,
+            jobs,
+        } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_fetch(cli, &ws, kernels, targets, *device, *jobs)
+        }
+        Command::Push { jobs } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_push(cli, &ws, *jobs)
+        }
         Command::Gc { dry_run } => {
             let ws = Workspace::open(project, LockMode::Exclusive, lock_timeout)?;
             let report = maintain::gc(&ws, *dry_run)?;
@@ -349,6 +400,8 @@ fn cmd_build(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         shard: args.shard,
         nvcc: cli.nvcc.clone(),
         lock_timeout: Duration::from_secs(cli.lock_timeout),
+        push: args.push,
+        entries_only: args.entries_only,
         ..BuildOptions::default()
     };
     if let Some(jobs) = args.jobs {
@@ -356,6 +409,12 @@ fn cmd_build(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
             return Err(Error::usage("--jobs must be at least 1", None));
         }
         options.jobs = jobs;
+    }
+    if !args.no_remote && !args.locked {
+        options.remote = open_remote(cli, ws, 16)?.map(std::sync::Arc::new);
+    }
+    if options.remote.is_none() && (args.push || args.entries_only) {
+        return Err(kart::transfer::no_remote_error());
     }
     let mut reporter = CliReporter::new(cli.quiet);
     let show_bar = !cli.quiet && std::io::stderr().is_terminal() && !args.locked;
@@ -411,9 +470,167 @@ fn cmd_build(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
                 (None, true) => format!("kart.lock updated ({} artifacts)", summary.lock_entries.0),
                 (None, false) => "kart.lock unchanged".into(),
             };
+            let remote = match &options.remote {
+                Some(r) if summary.from_remote > 0 || summary.pushed > 0 || args.push => format!(
+                    ", {} from the remote ({} blobs downloaded){}",
+                    summary.from_remote,
+                    summary.downloaded,
+                    if args.push {
+                        format!(", {} blobs pushed to {}", summary.pushed, r.url())
+                    } else {
+                        String::new()
+                    }
+                ),
+                _ => String::new(),
+            };
             eprintln!(
-                "{} artifacts: {} compiled, {} from the store in {secs:.3} s; {lock}",
+                "{} artifacts: {} compiled, {} from the store{remote} in {secs:.3} s; {lock}",
                 summary.selected, summary.compiled, summary.from_store
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Opens the remote the command line, environment or kart.toml names, if any.
+fn open_remote(cli: &Cli, ws: &Workspace, jobs: usize) -> Result<Option<kart::remote::Remote>> {
+    let Some(mut settings) = kart::transfer::remote_settings(&ws.project, cli.remote.as_deref())
+    else {
+        return Ok(None);
+    };
+    settings.read_only |= cli.read_only;
+    settings.jobs = jobs.max(1);
+    let token = std::env::var(kart::remote::TOKEN_ENV).ok();
+    kart::remote::Remote::open(&settings, token).map(Some)
+}
+
+/// A byte progress bar on a terminal, nothing otherwise.
+struct TransferBar(Option<ProgressBar>);
+
+impl TransferBar {
+    fn new(quiet: bool, verb: &str) -> TransferBar {
+        if quiet || !std::io::stderr().is_terminal() {
+            return TransferBar(None);
+        }
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(&format!(
+                "{{spinner}} {verb} {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}), {{msg}} items, eta {{eta}}"
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        TransferBar(Some(bar))
+    }
+}
+
+impl kart::transfer::TransferReporter for TransferBar {
+    fn start(&self, items: usize, bytes: u64) {
+        if let Some(bar) = &self.0 {
+            bar.set_length(bytes);
+            bar.set_message(format!("0/{items}"));
+        }
+    }
+    fn moved(&self, bytes: u64) {
+        if let Some(bar) = &self.0 {
+            bar.inc(bytes);
+        }
+    }
+}
+
+impl Drop for TransferBar {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+fn cmd_fetch(
+    cli: &Cli,
+    ws: &Workspace,
+    kernels: &[String],
+    targets: &[TargetArch],
+    device: bool,
+    jobs: usize,
+) -> Result<ExitCode> {
+    let remote = open_remote(cli, ws, jobs)?.ok_or_else(kart::transfer::no_remote_error)?;
+    let lock = Lockfile::read(
+        &lock_path(&ws.project.root),
+        std::path::Path::new(LOCK_FILE),
+    )?
+    .ok_or_else(|| {
+        Error::usage(
+            "no kart.lock: fetch downloads what the lock names",
+            Some("commit kart.lock from a build, or run `kart build`".into()),
+        )
+    })?;
+    for k in kernels {
+        if !lock.artifacts.iter().any(|a| &a.kernel == k) {
+            return Err(Error::usage(format!("kart.lock has no kernel `{k}`"), None));
+        }
+    }
+    let capability = if device {
+        Some(kart::runtime::Gpu::open(0)?.capability)
+    } else {
+        None
+    };
+    let selected = kart::transfer::fetch_selection(&lock, kernels, targets, capability);
+    let start = Instant::now();
+    let bar = TransferBar::new(cli.quiet, "fetch");
+    let report = kart::transfer::fetch(ws, &remote, &selected, &bar)?;
+    drop(bar);
+    let secs = start.elapsed().as_secs_f64();
+    if !cli.quiet {
+        eprintln!(
+            "fetch from {}: {} blobs wanted, {} already here, {} downloaded and verified ({:.1} MB in {secs:.2} s, {:.1} MB/s)",
+            remote.url(),
+            report.wanted,
+            report.present,
+            report.fetched,
+            report.bytes as f64 / 1e6,
+            report.bytes as f64 / 1e6 / secs.max(1e-9)
+        );
+    }
+    for why in &report.failed {
+        eprintln!("error: {why}");
+    }
+    if !report.missing.is_empty() {
+        eprintln!(
+            "error: the remote lacks {} blobs kart.lock names: {}",
+            report.missing.len(),
+            report.missing.join(", ")
+        );
+        eprintln!("hint: run `kart push` where they were built, or `kart build` here");
+    }
+    Ok(if report.failed.is_empty() && report.missing.is_empty() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
+}
+
+fn cmd_push(cli: &Cli, ws: &Workspace, jobs: usize) -> Result<ExitCode> {
+    let remote = open_remote(cli, ws, jobs)?.ok_or_else(kart::transfer::no_remote_error)?;
+    let lock = ws.lock()?;
+    let start = Instant::now();
+    let bar = TransferBar::new(cli.quiet, "push");
+    let report = kart::transfer::push(ws, &remote, &lock, &bar)?;
+    drop(bar);
+    if !cli.quiet {
+        eprintln!(
+            "push to {}: {} blobs uploaded ({:.1} MB), {} already there; {} action entries uploaded, {} already there, in {:.2} s",
+            remote.url(),
+            report.blobs_uploaded,
+            report.bytes as f64 / 1e6,
+            report.blobs_present,
+            report.entries_uploaded,
+            report.entries_present,
+            start.elapsed().as_secs_f64()
+        );
+        if !report.not_local.is_empty() {
+            eprintln!(
+                "note: {} blobs of kart.lock are not in the local store and were not pushed",
+                report.not_local.len()
             );
         }
     }

@@ -256,17 +256,29 @@ impl Store {
     /// Stores `bytes` under their sha256 and returns it. Identical bytes are stored once.
     pub fn put_blob(&self, bytes: &[u8]) -> Result<String> {
         let digest = sha256_hex(bytes);
-        if self.has_blob(&digest) {
-            return Ok(digest);
+        self.put_verified_blob(&digest, bytes)?;
+        Ok(digest)
+    }
+
+    /// Stores `bytes` under `digest`, which the caller has just checked is their
+    /// sha256 (a download verified against the lock), so they are not hashed again.
+    pub fn put_verified_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        if !is_sha256_hex(digest) {
+            return Err(Error::CorruptEntry {
+                path: self.dir.clone(),
+                message: format!("`{digest}` is not a sha256 digest"),
+            });
+        }
+        if self.has_blob(digest) {
+            return Ok(());
         }
         if bytes.len() <= RAW_BLOB_MAX {
-            write_atomic(&self.raw_blob_path(&digest), bytes)?;
+            write_atomic(&self.raw_blob_path(digest), bytes)
         } else {
-            let path = self.zst_blob_path(&digest);
+            let path = self.zst_blob_path(digest);
             let compressed = zstd::bulk::compress(bytes, ZSTD_LEVEL).at("compress", &path)?;
-            write_atomic(&path, &compressed)?;
+            write_atomic(&path, &compressed)
         }
-        Ok(digest)
     }
 
     /// Reads, decompresses and verifies a blob. A blob whose bytes do not hash to its

@@ -3,6 +3,8 @@
 
 mod harness;
 mod malformed;
+mod nginx;
+mod remote;
 
 use std::time::{Duration, Instant};
 

@@ -1,0 +1,592 @@
+//! The remote cache. Over HTTP it uses bazel-remote's layout: `{url}/cas/{sha256}` holds
+//! the raw bytes whose sha256 is the name and `{url}/ac/{key}` an action entry (JSON),
+//! with GET, HEAD and PUT; so one URL works with nginx's WebDAV module and with
+//! bazel-remote started with `--disable_http_ac_validation`. A `file://` URL names a
+//! shared folder with the same two subfolders.
+//!
+//! Nothing a remote sends is trusted: a blob is checked against the digest it was asked
+//! for (and the size the lock gives) before anyone sees it, an action entry is
+//! validated, every body is bounded, redirects are not followed, and every name is a
+//! validated hex digest, so no answer can make kart write outside its store. Requests
+//! that time out, cannot connect or get a 5xx (or 408, 429) are retried with
+//! exponential backoff and jitter; other 4xx fail at once. The bearer token is sent
+//! as a header only and appears in no message.
+
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use crate::digest::{is_sha256_hex, sha256_hex};
+use crate::error::{Error, IoContext, RemoteFailure, Result};
+use crate::fsutil::write_atomic;
+use crate::store::ActionEntry;
+
+/// The environment variable holding the remote's URL (overrides kart.toml).
+pub const REMOTE_ENV: &str = "KART_REMOTE";
+
+/// The environment variable holding the bearer token.
+pub const TOKEN_ENV: &str = "KART_REMOTE_TOKEN";
+
+/// Action entries carry nvcc's stderr and the key's preimage, but never this much.
+const MAX_ENTRY_BYTES: u64 = 8 << 20;
+
+/// Blobs whose size is not known in advance (a push's HEAD, `get_blob` without a size)
+/// are refused above this.
+const MAX_BLOB_BYTES: u64 = 1 << 30;
+
+/// How to reach a remote and what it may do.
+#[derive(Clone, Debug)]
+pub struct RemoteSettings {
+    /// `http://…`, `https://…` or `file://…`.
+    pub url: String,
+    /// Whether its action entries may stand in for compiling.
+    pub trusted: bool,
+    /// Never write to it.
+    pub read_only: bool,
+    /// Per request.
+    pub timeout: Duration,
+    /// Retries after the first attempt, for timeouts, connection errors and 5xx.
+    pub retries: u32,
+    /// Parallel transfers (also the connection pool's size).
+    pub jobs: usize,
+}
+
+impl RemoteSettings {
+    /// Settings for `url` with the defaults: untrusted, writable, 30 s, 5 retries, 16
+    /// transfers.
+    pub fn new(url: impl Into<String>) -> RemoteSettings {
+        RemoteSettings {
+            url: url.into(),
+            trusted: false,
+            read_only: false,
+            timeout: Duration::from_secs(30),
+            retries: 5,
+            jobs: 16,
+        }
+    }
+}
+
+enum Backend {
+    Http {
+        client: reqwest::blocking::Client,
+        token: Option<String>,
+    },
+    Folder(PathBuf),
+}
+
+/// An opened remote cache.
+pub struct Remote {
+    base: String,
+    shown: String,
+    /// Whether its action entries may stand in for compiling.
+    pub trusted: bool,
+    /// Never written to.
+    pub read_only: bool,
+    /// Parallel transfers.
+    pub jobs: usize,
+    retries: u32,
+    backend: Backend,
+}
+
+impl std::fmt::Debug for Remote {
+    // By hand: the token must never reach a log through `{:?}`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Remote")
+            .field("url", &self.shown)
+            .field("trusted", &self.trusted)
+            .field("read_only", &self.read_only)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The outcome of one HTTP attempt.
+enum Attempt {
+    Done(Option<Vec<u8>>),
+    Retry(String),
+    Fail(Error),
+}
+
+impl Remote {
+    /// Opens a remote (no request is made). `token` is sent as a bearer token over HTTP.
+    pub fn open(settings: &RemoteSettings, token: Option<String>) -> Result<Remote> {
+        let bad = |why: String| {
+            Error::usage(
+                format!("remote URL `{}`: {why}", strip_credentials(&settings.url)),
+                Some("use http://host:port/path, https://… or file:///absolute/folder".into()),
+            )
+        };
+        let url = reqwest::Url::parse(settings.url.trim_end_matches('/'))
+            .map_err(|e| bad(e.to_string()))?;
+        let base = url.as_str().trim_end_matches('/').to_string();
+        let shown = strip_credentials(&base);
+        let backend = match url.scheme() {
+            "http" | "https" => {
+                let client = reqwest::blocking::Client::builder()
+                    .timeout(settings.timeout)
+                    .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
+                    .redirect(reqwest::redirect::Policy::none())
+                    .pool_max_idle_per_host(settings.jobs.max(1))
+                    .user_agent(concat!("kart/", env!("CARGO_PKG_VERSION")))
+                    .build()
+                    .map_err(|e| bad(e.without_url().to_string()))?;
+                Backend::Http {
+                    client,
+                    token: token.filter(|t| !t.is_empty()),
+                }
+            }
+            "file" => Backend::Folder(
+                url.to_file_path()
+                    .map_err(|()| bad("not an absolute local path".into()))?,
+            ),
+            other => return Err(bad(format!("scheme `{other}` is not supported"))),
+        };
+        Ok(Remote {
+            base,
+            shown,
+            trusted: settings.trusted,
+            read_only: settings.read_only,
+            jobs: settings.jobs.max(1),
+            retries: settings.retries,
+            backend,
+        })
+    }
+
+    /// The URL, without credentials or query (safe to print).
+    pub fn url(&self) -> &str {
+        &self.shown
+    }
+
+    /// Whether the remote holds blob `digest`.
+    pub fn has_blob(&self, digest: &str) -> Result<bool> {
+        self.exists("cas", digest)
+    }
+
+    /// Whether the remote holds the action entry of `key`.
+    pub fn has_entry(&self, key: &str) -> Result<bool> {
+        self.exists("ac", key)
+    }
+
+    /// Downloads blob `digest` and checks it: exactly `size` bytes where the size is
+    /// known (the lock's), and hashing to `digest`. `Ok(None)` when the remote does not
+    /// have it; a mismatch is an error and the bytes are dropped.
+    pub fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
+        let name = checked_name(digest)?;
+        let limit = size.unwrap_or(MAX_BLOB_BYTES);
+        let Some(bytes) = self.get("cas", name, limit)? else {
+            return Ok(None);
+        };
+        let corrupt = |message: String| {
+            Error::Remote {
+            url: format!("{}/cas/{digest}", self.shown),
+            message,
+            failure: RemoteFailure::Corrupt,
+            hint: Some(
+                "nothing was stored; remove the blob from the remote (its disk or cache may be damaged) and push it again".into(),
+            ),
+        }
+        };
+        if let Some(size) = size
+            && bytes.len() as u64 != size
+        {
+            return Err(corrupt(format!(
+                "sent {} bytes for blob {digest}, which kart.lock says has {size}",
+                bytes.len()
+            )));
+        }
+        let actual = sha256_hex(&bytes);
+        if actual != digest {
+            return Err(corrupt(format!(
+                "sent bytes hashing to {actual} for blob {digest}"
+            )));
+        }
+        Ok(Some(bytes))
+    }
+
+    /// Uploads blob bytes under their digest (which the caller computed or checked).
+    pub fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        let name = checked_name(digest)?;
+        self.put("cas", name, bytes)
+    }
+
+    /// Downloads and validates the action entry of `key`; `Ok(None)` when absent.
+    pub fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
+        let name = checked_name(key)?;
+        let Some(bytes) = self.get("ac", name, MAX_ENTRY_BYTES)? else {
+            return Ok(None);
+        };
+        let parsed = serde_json::from_slice::<ActionEntry>(&bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|entry| {
+                entry.validate()?;
+                if entry.key != key {
+                    return Err(format!("the entry names key {}", entry.key));
+                }
+                Ok(entry)
+            });
+        parsed.map(Some).map_err(|message| Error::Remote {
+            url: format!("{}/ac/{key}", self.shown),
+            message: format!("invalid action entry: {message}"),
+            failure: RemoteFailure::Corrupt,
+            hint: Some("ignored; the artifact is compiled locally".into()),
+        })
+    }
+
+    /// Uploads an action entry.
+    pub fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
+        let name = checked_name(&entry.key)?;
+        let json = serde_json::to_vec_pretty(entry).map_err(|e| Error::Remote {
+            url: self.shown.clone(),
+            message: format!("cannot encode entry: {e}"),
+            failure: RemoteFailure::Refused,
+            hint: None,
+        })?;
+        self.put("ac", name, &json)
+    }
+
+    fn exists(&self, kind: &str, name: &str) -> Result<bool> {
+        let name = checked_name(name)?;
+        match &self.backend {
+            Backend::Folder(root) => {
+                check_folder(root, &self.shown)?;
+                Ok(root.join(kind).join(name).is_file())
+            }
+            Backend::Http { .. } => Ok(self
+                .http(reqwest::Method::HEAD, kind, name, None, 0)?
+                .is_some()),
+        }
+    }
+
+    fn get(&self, kind: &str, name: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        match &self.backend {
+            Backend::Folder(root) => {
+                check_folder(root, &self.shown)?;
+                let path = root.join(kind).join(name);
+                let file = match std::fs::File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(e).at("read", &path),
+                };
+                let mut bytes = Vec::new();
+                file.take(limit + 1)
+                    .read_to_end(&mut bytes)
+                    .at("read", &path)?;
+                if bytes.len() as u64 > limit {
+                    return Err(too_large(&path.display().to_string(), limit));
+                }
+                Ok(Some(bytes))
+            }
+            Backend::Http { .. } => self.http(reqwest::Method::GET, kind, name, None, limit),
+        }
+    }
+
+    fn put(&self, kind: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        if self.read_only {
+            return Err(Error::usage(
+                format!("remote {} is read-only", self.shown),
+                Some("drop --read-only / `read_only = true` to write to it".into()),
+            ));
+        }
+        match &self.backend {
+            Backend::Folder(root) => {
+                check_folder(root, &self.shown)?;
+                write_atomic(&root.join(kind).join(name), bytes)
+            }
+            Backend::Http { .. } => self
+                .http(reqwest::Method::PUT, kind, name, Some(bytes), 0)
+                .map(|_| ()),
+        }
+    }
+
+    /// One request with retries. `Ok(None)` on 404; the body of a 2xx GET otherwise.
+    fn http(
+        &self,
+        method: reqwest::Method,
+        kind: &str,
+        name: &str,
+        body: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let url = format!("{}/{kind}/{name}", self.base);
+        let shown = format!("{}/{kind}/{name}", self.shown);
+        let mut attempt = 0;
+        loop {
+            match self.attempt(&method, &url, &shown, body, limit) {
+                Attempt::Done(result) => return Ok(result),
+                Attempt::Fail(e) => return Err(e),
+                Attempt::Retry(why) if attempt >= self.retries => {
+                    return Err(Error::Remote {
+                        url: shown,
+                        message: format!("{method} failed {} times: {why}", attempt + 1),
+                        failure: RemoteFailure::Unreachable,
+                        hint: Some("check that the cache server is up and the URL is right (kart.toml [remote], KART_REMOTE or --remote)".into()),
+                    });
+                }
+                Attempt::Retry(_) => {
+                    std::thread::sleep(backoff(attempt));
+                    attempt += 1;
+                }
+            }
+        }
+    }
+
+    fn attempt(
+        &self,
+        method: &reqwest::Method,
+        url: &str,
+        shown: &str,
+        body: Option<&[u8]>,
+        limit: u64,
+    ) -> Attempt {
+        let Backend::Http { client, token } = &self.backend else {
+            return Attempt::Retry("not an HTTP remote".into());
+        };
+        let mut request = client.request(method.clone(), url);
+        if let Some(token) = token {
+            request = request.bearer_auth(token);
+        }
+        if let Some(body) = body {
+            request = request.body(body.to_vec());
+        }
+        let response = match request.send() {
+            Ok(r) => r,
+            // Connection refused or reset, timeouts, protocol errors: worth another try.
+            Err(e) => return Attempt::Retry(describe(e)),
+        };
+        let status = response.status();
+        let fail = |failure: RemoteFailure, message: String, hint: Option<String>| {
+            Attempt::Fail(Error::Remote {
+                url: shown.to_string(),
+                message,
+                failure,
+                hint,
+            })
+        };
+        if status.is_success() {
+            if *method != reqwest::Method::GET {
+                return Attempt::Done(Some(Vec::new()));
+            }
+            if let Some(announced) = response.content_length()
+                && announced > limit
+            {
+                return fail(
+                    RemoteFailure::Corrupt,
+                    format!("announces {announced} bytes, more than the {limit} expected"),
+                    None,
+                );
+            }
+            let mut bytes = Vec::new();
+            if let Err(e) = response.take(limit + 1).read_to_end(&mut bytes) {
+                return Attempt::Retry(format!("the transfer broke off: {e}"));
+            }
+            if bytes.len() as u64 > limit {
+                return Attempt::Fail(too_large(shown, limit));
+            }
+            return Attempt::Done(Some(bytes));
+        }
+        let code = status.as_u16();
+        match code {
+            404 => Attempt::Done(None),
+            408 | 429 | 500..=599 => Attempt::Retry(format!("{method} answered {status}")),
+            300..=399 => {
+                let to = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(strip_credentials)
+                    .unwrap_or_default();
+                fail(
+                    RemoteFailure::Refused,
+                    format!(
+                        "{method} answered {status}, a redirect to `{to}`; kart does not follow redirects"
+                    ),
+                    Some("set the remote URL to the server's final address".into()),
+                )
+            }
+            401 | 403 => fail(
+                RemoteFailure::Refused,
+                format!("{method} answered {status}"),
+                Some(format!(
+                    "check the token in {TOKEN_ENV} (set: {}) and the server's permissions",
+                    if token.is_some() { "yes" } else { "no" }
+                )),
+            ),
+            _ => fail(
+                RemoteFailure::Refused,
+                format!("{method} answered {status}"),
+                None,
+            ),
+        }
+    }
+}
+
+/// A reqwest error with its causes ("connection refused"), without the URL.
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+/// A digest or key that is safe to use as a file or URL path segment.
+fn checked_name(name: &str) -> Result<&str> {
+    if is_sha256_hex(name) {
+        Ok(name)
+    } else {
+        Err(Error::usage(
+            format!("`{name}` is not a sha256 digest (64 lower-case hex digits)"),
+            None,
+        ))
+    }
+}
+
+fn check_folder(root: &Path, shown: &str) -> Result<()> {
+    if root.is_dir() {
+        Ok(())
+    } else {
+        Err(Error::Remote {
+            url: shown.to_string(),
+            message: "the folder does not exist".into(),
+            failure: RemoteFailure::Unreachable,
+            hint: Some("create it, or mount the shared folder".into()),
+        })
+    }
+}
+
+fn too_large(shown: &str, limit: u64) -> Error {
+    Error::Remote {
+        url: shown.to_string(),
+        message: format!("sent more than the {limit} bytes expected"),
+        failure: RemoteFailure::Corrupt,
+        hint: Some("nothing was stored".into()),
+    }
+}
+
+/// `url` without user, password, query or fragment.
+pub fn strip_credentials(url: &str) -> String {
+    match reqwest::Url::parse(url) {
+        Ok(mut u) => {
+            let _ = u.set_username("");
+            let _ = u.set_password(None);
+            u.set_query(None);
+            u.set_fragment(None);
+            u.as_str().trim_end_matches('/').to_string()
+        }
+        Err(_) => "<unparsable URL>".into(),
+    }
+}
+
+/// 100 ms, 200 ms, 400 ms … capped at 5 s, each scaled by a random factor in [0.5, 1)
+/// so that parallel transfers do not retry in lockstep.
+fn backoff(attempt: u32) -> Duration {
+    let base = Duration::from_millis(100).saturating_mul(1 << attempt.min(6));
+    let capped = base.min(Duration::from_secs(5));
+    capped.mul_f64(0.5 + 0.5 * jitter())
+}
+
+/// A number in [0, 1) from the clock and the thread (no need for a random crate).
+fn jitter() -> f64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+/// Runs `f` over `items` on up to `jobs` threads; results in input order.
+pub fn parallel_map<T: Sync, R: Send>(
+    items: &[T],
+    jobs: usize,
+    f: impl Fn(&T) -> R + Sync,
+) -> Vec<R> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let next = AtomicUsize::new(0);
+    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
+    std::thread::scope(|scope| {
+        for _ in 0..jobs.clamp(1, items.len().max(1)) {
+            scope.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(item);
+                    if let Ok(mut all) = results.lock() {
+                        all[i] = Some(r);
+                    }
+                }
+            });
+        }
+    });
+    results
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .into_iter()
+        .flatten()
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn credentials_and_queries_never_show() {
+        assert_eq!(
+            strip_credentials("https://user:secret@cache.example:8443/kart?token=abc#x"),
+            "https://cache.example:8443/kart"
+        );
+        let remote = Remote::open(
+            &RemoteSettings::new("http://u:p@127.0.0.1:9/kart/"),
+            Some("s3cr3t".into()),
+        )
+        .unwrap();
+        assert_eq!(remote.url(), "http://127.0.0.1:9/kart");
+        assert!(!format!("{remote:?}").contains("s3cr3t"));
+    }
+
+    #[test]
+    fn bad_urls_and_names_are_usage_errors() {
+        for url in ["ftp://host/x", "not a url", "file://relative"] {
+            let err = Remote::open(&RemoteSettings::new(url), None).unwrap_err();
+            assert_eq!(err.exit_code(), 2, "{url}: {err}");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let remote = Remote::open(&RemoteSettings::new(url), None).unwrap();
+        assert!(remote.get_blob("../../etc/passwd", None).is_err());
+    }
+
+    #[test]
+    fn backoff_grows_and_stays_bounded() {
+        assert!(backoff(0) <= Duration::from_millis(100));
+        assert!(backoff(3) >= Duration::from_millis(400));
+        assert!(backoff(30) <= Duration::from_secs(5));
+    }
+
+    #[test]
+    fn a_folder_remote_round_trips_and_checks_digests() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = format!("file://{}", dir.path().display());
+        let remote = Remote::open(&RemoteSettings::new(url), None).unwrap();
+        let digest = sha256_hex(b"cubin");
+        assert!(!remote.has_blob(&digest).unwrap());
+        remote.put_blob(&digest, b"cubin").unwrap();
+        assert_eq!(
+            remote.get_blob(&digest, Some(5)).unwrap().unwrap(),
+            b"cubin"
+        );
+        std::fs::write(dir.path().join("cas").join(&digest), b"CUBIN").unwrap();
+        let err = remote.get_blob(&digest, Some(5)).unwrap_err();
+        assert!(err.to_string().contains("hashing to"), "{err}");
+        let err = remote.get_blob(&digest, Some(4)).unwrap_err();
+        assert!(err.to_string().contains("more than the 4 bytes"), "{err}");
+        assert_eq!(parallel_map(&[1, 2, 3], 2, |x| x * 10), vec![10, 20, 30]);
+    }
+}

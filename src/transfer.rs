@@ -1,0 +1,394 @@
+//! Moving artifacts between the local store and the remote: `kart fetch`, `kart push`,
+//! and the build's read-through (take what a remote has before compiling) and
+//! write-through (`--push`).
+//!
+//! Trust follows the lock: from any remote kart takes only blobs whose digest the lock
+//! names (checked byte for byte); only a trusted remote's action entries may stand in
+//! for compiling, and they are validated first.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use serde::Serialize;
+
+use crate::build::{BuildReporter, Planned, Workspace};
+use crate::error::{Error, RemoteFailure, Result};
+use crate::key::ArtifactKind;
+use crate::lockfile::{LockedArtifact, Lockfile};
+use crate::manifest::{Config, Project};
+use crate::remote::{REMOTE_ENV, Remote, RemoteSettings, parallel_map};
+use crate::resolve::{Capability, JitPolicy, resolve};
+use crate::store::ActionEntry;
+use crate::target::TargetArch;
+
+/// Progress of a transfer, drawn by the CLI (or ignored).
+pub trait TransferReporter: Sync {
+    /// The work: how many items and bytes will move.
+    fn start(&self, _items: usize, _bytes: u64) {}
+    /// One item moved.
+    fn moved(&self, _bytes: u64) {}
+}
+
+/// A reporter that shows nothing.
+pub struct Quiet;
+impl TransferReporter for Quiet {}
+
+/// The remote's settings from `--remote`/`KART_REMOTE` (`url`) or `kart.toml`. A URL
+/// given on the command line or in the environment inherits `trusted` and `read_only`
+/// only when it is kart.toml's URL: trust belongs to a server, not to a variable.
+pub fn remote_settings(project: &Project, url: Option<&str>) -> Option<RemoteSettings> {
+    let configured = project.remote.as_ref();
+    let url = url
+        .map(str::to_string)
+        .or_else(|| configured.map(|r| r.url.clone()))?;
+    let mut settings = RemoteSettings::new(url.clone());
+    if let Some(c) = configured
+        && c.url.trim_end_matches('/') == url.trim_end_matches('/')
+    {
+        settings.trusted = c.trusted;
+        settings.read_only = c.read_only;
+    }
+    Some(settings)
+}
+
+/// The hint for commands that need a remote and have none.
+pub fn no_remote_error() -> Error {
+    Error::usage(
+        "no remote cache configured",
+        Some(format!(
+            "add `[remote] url = \"http://host:port/path\"` to kart.toml, set {REMOTE_ENV}, or pass --remote"
+        )),
+    )
+}
+
+/// What `kart fetch` did.
+#[derive(Debug, Default, Serialize)]
+pub struct FetchReport {
+    /// Distinct blobs selected.
+    pub wanted: usize,
+    /// Already in the store.
+    pub present: usize,
+    /// Downloaded and verified now.
+    pub fetched: usize,
+    /// Bytes downloaded.
+    pub bytes: u64,
+    /// Digests the remote does not have.
+    pub missing: Vec<String>,
+    /// Digests that failed (with why).
+    pub failed: Vec<String>,
+}
+
+/// The artifacts of `lock` to fetch: those of `kernels` (all when empty), for
+/// `targets` (all when empty), and, with `device`, only the one each (kernel, config)
+/// would load on a GPU of that capability.
+pub fn fetch_selection<'a>(
+    lock: &'a Lockfile,
+    kernels: &[String],
+    targets: &[TargetArch],
+    device: Option<Capability>,
+) -> Vec<&'a LockedArtifact> {
+    let wanted: Vec<&LockedArtifact> = lock
+        .artifacts
+        .iter()
+        .filter(|a| kernels.is_empty() || kernels.contains(&a.kernel))
+        .filter(|a| targets.is_empty() || targets.iter().any(|t| t.to_string() == a.target))
+        .collect();
+    let Some(capability) = device else {
+        return wanted;
+    };
+    let mut groups: BTreeMap<(&str, &Config), Vec<&LockedArtifact>> = BTreeMap::new();
+    for a in wanted {
+        groups.entry((&a.kernel, &a.config)).or_default().push(a);
+    }
+    groups
+        .into_values()
+        .filter_map(|group| {
+            let available: Vec<(TargetArch, ArtifactKind)> = group
+                .iter()
+                .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
+                .collect();
+            let (target, kind) = resolve(capability, &available, JitPolicy::Forbid)?;
+            group
+                .into_iter()
+                .find(|a| a.kind == kind && a.target == target.to_string())
+        })
+        .collect()
+}
+
+/// Downloads every blob of `artifacts` the store lacks, verifies each against the
+/// lock's digest and size, and stores it. Stops early when the remote is unreachable.
+pub fn fetch(
+    ws: &Workspace,
+    remote: &Remote,
+    artifacts: &[&LockedArtifact],
+    reporter: &dyn TransferReporter,
+) -> Result<FetchReport> {
+    let mut sizes: BTreeMap<&str, u64> = BTreeMap::new();
+    for a in artifacts {
+        sizes.insert(&a.digest, a.size);
+    }
+    let mut report = FetchReport {
+        wanted: sizes.len(),
+        ..FetchReport::default()
+    };
+    let todo: Vec<(&str, u64)> = sizes
+        .into_iter()
+        .filter(|(d, _)| !ws.store.has_blob(d))
+        .collect();
+    report.present = report.wanted - todo.len();
+    reporter.start(todo.len(), todo.iter().map(|(_, s)| s).sum());
+    let dead: Mutex<Option<Error>> = Mutex::new(None);
+    let stop = AtomicBool::new(false);
+    let bytes = AtomicU64::new(0);
+    let outcomes = parallel_map(&todo, remote.jobs, |&(digest, size)| {
+        if stop.load(Ordering::Relaxed) {
+            return Outcome::Skipped;
+        }
+        let result = remote
+            .get_blob(digest, Some(size))
+            .and_then(|got| match got {
+                Some(blob) => ws.store.put_verified_blob(digest, &blob).map(|()| true),
+                None => Ok(false),
+            });
+        match result {
+            Ok(true) => {
+                bytes.fetch_add(size, Ordering::Relaxed);
+                reporter.moved(size);
+                Outcome::Done
+            }
+            Ok(false) => Outcome::Missing,
+            Err(e) => {
+                // A dead or refusing server fails every request alike: stop at the
+                // first, rather than print it once per blob.
+                if matches!(
+                    e,
+                    Error::Remote {
+                        failure: RemoteFailure::Unreachable | RemoteFailure::Refused,
+                        ..
+                    }
+                ) {
+                    stop.store(true, Ordering::Relaxed);
+                    if let Ok(mut d) = dead.lock() {
+                        d.get_or_insert(e);
+                    }
+                    return Outcome::Skipped;
+                }
+                Outcome::Failed(e.with_causes())
+            }
+        }
+    });
+    if let Some(e) = dead.into_inner().unwrap_or_else(|p| p.into_inner()) {
+        return Err(e);
+    }
+    for ((digest, _), outcome) in todo.iter().zip(outcomes) {
+        match outcome {
+            Outcome::Done => report.fetched += 1,
+            Outcome::Missing => report.missing.push(digest.to_string()),
+            Outcome::Failed(why) => report.failed.push(why),
+            Outcome::Skipped => {}
+        }
+    }
+    report.bytes = bytes.into_inner();
+    Ok(report)
+}
+
+enum Outcome {
+    Done,
+    Missing,
+    Failed(String),
+    Skipped,
+}
+
+/// What `kart push` (or `build --push`) did.
+#[derive(Debug, Default, Serialize)]
+pub struct PushReport {
+    /// Blobs uploaded now.
+    pub blobs_uploaded: usize,
+    /// Blobs the remote already had.
+    pub blobs_present: usize,
+    /// Action entries uploaded now.
+    pub entries_uploaded: usize,
+    /// Action entries the remote already had.
+    pub entries_present: usize,
+    /// Bytes uploaded.
+    pub bytes: u64,
+    /// Lock digests not in the local store (nothing to push).
+    pub not_local: Vec<String>,
+}
+
+/// Uploads every blob the lock names and every action entry of its keys that the
+/// local store has and the remote lacks (HEAD first, then PUT).
+pub fn push(
+    ws: &Workspace,
+    remote: &Remote,
+    lock: &Lockfile,
+    reporter: &dyn TransferReporter,
+) -> Result<PushReport> {
+    let keys: Vec<(&str, &str)> = lock
+        .artifacts
+        .iter()
+        .map(|a| (a.key.as_str(), a.digest.as_str()))
+        .collect();
+    push_keys(ws, remote, &keys, reporter)
+}
+
+/// Uploads the blobs and action entries of (key, digest) pairs.
+pub fn push_keys(
+    ws: &Workspace,
+    remote: &Remote,
+    keys: &[(&str, &str)],
+    reporter: &dyn TransferReporter,
+) -> Result<PushReport> {
+    if remote.read_only {
+        return Err(Error::usage(
+            format!("remote {} is read-only", remote.url()),
+            Some("drop --read-only / `read_only = true` to push".into()),
+        ));
+    }
+    let digests: BTreeSet<&str> = keys.iter().map(|(_, d)| *d).collect();
+    let entries: BTreeSet<&str> = keys.iter().map(|(k, _)| *k).collect();
+    let mut report = PushReport::default();
+    let (local, absent): (Vec<&str>, Vec<&str>) =
+        digests.into_iter().partition(|d| ws.store.has_blob(d));
+    report.not_local = absent.into_iter().map(str::to_string).collect();
+    let stored_entries: Vec<ActionEntry> = entries
+        .into_iter()
+        .filter_map(|k| ws.store.get_entry(k).ok().flatten())
+        .collect();
+    let total_bytes: u64 = local.iter().filter_map(|d| ws.store.stored_size(d)).sum();
+    reporter.start(local.len() + stored_entries.len(), total_bytes);
+    let uploaded_bytes = AtomicU64::new(0);
+    let blobs = parallel_map(&local, remote.jobs, |digest| -> Result<bool> {
+        if remote.has_blob(digest)? {
+            reporter.moved(0);
+            return Ok(false);
+        }
+        let bytes = ws.store.read_blob(digest, None)?;
+        remote.put_blob(digest, &bytes)?;
+        uploaded_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+        reporter.moved(bytes.len() as u64);
+        Ok(true)
+    });
+    for r in blobs {
+        if r? {
+            report.blobs_uploaded += 1;
+        } else {
+            report.blobs_present += 1;
+        }
+    }
+    // Entries after blobs: a reader that finds an entry can then always find its blob.
+    let uploaded = parallel_map(&stored_entries, remote.jobs, |entry| -> Result<bool> {
+        reporter.moved(0);
+        if remote.has_entry(&entry.key)? {
+            return Ok(false);
+        }
+        remote.put_entry(entry)?;
+        Ok(true)
+    });
+    for r in uploaded {
+        if r? {
+            report.entries_uploaded += 1;
+        } else {
+            report.entries_present += 1;
+        }
+    }
+    report.bytes = uploaded_bytes.into_inner();
+    Ok(report)
+}
+
+/// What the build's read-through found.
+#[derive(Debug, Default)]
+pub struct Pulled {
+    /// Keys now satisfied, with the entry to write into the lock.
+    pub entries: HashMap<String, ActionEntry>,
+    /// Blobs downloaded.
+    pub blobs: usize,
+}
+
+/// Before compiling: asks the remote for each missing artifact. A trusted remote's
+/// action entry (validated) stands in for compiling, and its blob is downloaded and
+/// checked unless `entries_only`; from an untrusted remote only blobs whose digest
+/// `lock` names for the same key are taken. An unreachable remote is reported once and
+/// the rest is compiled locally.
+pub fn pull_missing(
+    ws: &Workspace,
+    remote: &Remote,
+    missing: &[&Planned],
+    lock: &Lockfile,
+    entries_only: bool,
+    reporter: &dyn BuildReporter,
+) -> Pulled {
+    let gone = AtomicBool::new(false);
+    let warned = AtomicUsize::new(0);
+    let blobs = AtomicUsize::new(0);
+    let warn = |e: &Error| {
+        let unreachable = matches!(
+            e,
+            Error::Remote {
+                failure: RemoteFailure::Unreachable,
+                ..
+            }
+        );
+        if unreachable {
+            if !gone.swap(true, Ordering::Relaxed) {
+                reporter.note(&format!(
+                    "warning: {}; compiling locally without the remote",
+                    e.with_causes()
+                ));
+            }
+        } else if warned.fetch_add(1, Ordering::Relaxed) < 10 {
+            reporter.note(&format!("warning: {}", e.with_causes()));
+        }
+    };
+    let found = parallel_map(missing, remote.jobs, |p| -> Option<(String, ActionEntry)> {
+        if gone.load(Ordering::Relaxed) {
+            return None;
+        }
+        let result = (|| -> Result<Option<ActionEntry>> {
+            if remote.trusted {
+                let Some(entry) = remote.get_entry(&p.key)? else {
+                    return Ok(None);
+                };
+                if !entries_only && !ws.store.has_blob(&entry.digest) {
+                    let Some(blob) = remote.get_blob(&entry.digest, Some(entry.size))? else {
+                        return Ok(None);
+                    };
+                    ws.store.put_verified_blob(&entry.digest, &blob)?;
+                    blobs.fetch_add(1, Ordering::Relaxed);
+                }
+                if !entries_only {
+                    ws.store.put_entry(&entry)?;
+                }
+                return Ok(Some(entry));
+            }
+            let Some(locked) = lock.artifacts.iter().find(|a| a.key == p.key) else {
+                return Ok(None);
+            };
+            if entries_only || ws.store.has_blob(&locked.digest) {
+                return Ok(None);
+            }
+            let Some(blob) = remote.get_blob(&locked.digest, Some(locked.size))? else {
+                return Ok(None);
+            };
+            ws.store.put_verified_blob(&locked.digest, &blob)?;
+            blobs.fetch_add(1, Ordering::Relaxed);
+            // The lock is the trust root: with its blob present, its entry stands.
+            Ok(None)
+        })();
+        match result {
+            Ok(entry) => entry.map(|e| (p.key.clone(), e)),
+            Err(e) => {
+                warn(&e);
+                None
+            }
+        }
+    });
+    Pulled {
+        entries: found.into_iter().flatten().collect(),
+        blobs: blobs.into_inner(),
+    }
+}
+
+/// Shared handle on an opened remote, as build options carry it.
+pub type SharedRemote = Arc<Remote>;

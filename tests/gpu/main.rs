@@ -1,6 +1,6 @@
-//! GPU tests: the runtime on a real device. Run on the GPU machine with
-//! `../shared/gpu/stage` then `bash .gpu/run` (KART_REQUIRE_GPU=1). Elsewhere they
-//! print `skipped: no CUDA GPU (N tests)`.
+//! GPU tests: the runtime on a real device. Built here (`cargo test --release --no-run
+//! --test gpu`), run on the GPU machine with KART_REQUIRE_GPU=1 and `kart` on the PATH.
+//! Elsewhere they print `skipped: no CUDA GPU (N tests)`.
 
 use std::path::PathBuf;
 use std::sync::Arc;

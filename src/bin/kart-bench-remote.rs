@@ -1,0 +1,365 @@
+//! Remote-cache benchmark: cold `kart fetch` of many blobs from nginx on loopback, at
+//! `--jobs 1` and the default, against one `curl` process fetching the same URLs one
+//! after another over a reused connection, measured in the same run; at loopback speed
+//! and through a proxy of this program's own adding 20 ms of round-trip latency. Also
+//! no-op push and fetch, and where kart's time goes (sha256, zstd, fsync), measured
+//! in-process on the same blobs. Prints figures; asserts nothing.
+//!
+//!     kart-bench-remote [--blobs 500] [--kart target/release/kart]
+//!
+//! Needs nginx (Debian's nginx-light) and curl.
+
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+/// Cubin-like bytes of `size`: 16-byte "instructions" drawn from a small pool, with
+/// some noise, so they compress about as well as real cubins (3–4×).
+fn cubin_like(size: usize, seed: u64) -> Vec<u8> {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        state
+    };
+    let pool: Vec<[u8; 16]> = (0..512)
+        .map(|_| {
+            let a = next().to_le_bytes();
+            let b = next().to_le_bytes();
+            let mut x = [0u8; 16];
+            x[..8].copy_from_slice(&a);
+            x[8..].copy_from_slice(&b);
+            x
+        })
+        .collect();
+    let mut out = Vec::with_capacity(size + 16);
+    while out.len() < size {
+        let r = next();
+        let mut ins = pool[(r % 512) as usize];
+        if r % 4 == 0 {
+            ins[(r >> 20) as usize % 16] = (r >> 32) as u8;
+        }
+        out.extend_from_slice(&ins);
+    }
+    out.truncate(size);
+    out
+}
+
+struct Nginx {
+    child: std::process::Child,
+    dir: tempfile::TempDir,
+    port: u16,
+}
+
+impl Nginx {
+    fn start() -> Res<Nginx> {
+        let dir = tempfile::tempdir()?;
+        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+        let d = dir.path().display();
+        std::fs::create_dir_all(dir.path().join("www/kart/cas"))?;
+        std::fs::write(
+            dir.path().join("nginx.conf"),
+            format!(
+                "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
+                 events {{ worker_connections 1024; }}\n\
+                 http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
+                 fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
+                 client_max_body_size 0; keepalive_requests 100000;\n\
+                 server {{ listen 127.0.0.1:{port}; root {d}/www;\n\
+                 location / {{ dav_methods PUT; create_full_put_path on; }} }} }}\n"
+            ),
+        )?;
+        let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+            .into_iter()
+            .find(|p| Path::new(p).is_file())
+            .ok_or("nginx not found: apt-get install nginx-light")?;
+        let child = Command::new(nginx)
+            .arg("-c")
+            .arg(dir.path().join("nginx.conf"))
+            .arg("-p")
+            .arg(dir.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()?;
+        for _ in 0..500 {
+            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
+                return Ok(Nginx { child, dir, port });
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        Err("nginx did not start".into())
+    }
+}
+
+impl Drop for Nginx {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A loopback TCP proxy that delays every chunk by `one_way` in each direction
+/// (so a request/response round trip costs 2 × `one_way`) without limiting
+/// throughput: chunks are stamped on arrival and released at stamp + delay.
+fn start_delay_proxy(upstream: u16, one_way: Duration) -> Res<u16> {
+    let listener = TcpListener::bind("127.0.0.1:0")?;
+    let port = listener.local_addr()?.port();
+    std::thread::spawn(move || {
+        for client in listener.incoming().flatten() {
+            let Ok(server) = TcpStream::connect(("127.0.0.1", upstream)) else {
+                continue;
+            };
+            let _ = client.set_nodelay(true);
+            let _ = server.set_nodelay(true);
+            for (from, to) in [
+                (client.try_clone(), server.try_clone()),
+                (server.try_clone(), client.try_clone()),
+            ] {
+                let (Ok(mut from), Ok(mut to)) = (from, to) else {
+                    continue;
+                };
+                let (tx, rx) = mpsc::channel::<(Instant, Vec<u8>)>();
+                std::thread::spawn(move || {
+                    let mut buf = vec![0u8; 256 << 10];
+                    loop {
+                        match from.read(&mut buf) {
+                            Ok(0) | Err(_) => break,
+                            Ok(n) => {
+                                if tx
+                                    .send((Instant::now() + one_way, buf[..n].to_vec()))
+                                    .is_err()
+                                {
+                                    break;
+                                }
+                            }
+                        }
+                    }
+                });
+                std::thread::spawn(move || {
+                    for (due, chunk) in rx {
+                        let now = Instant::now();
+                        if due > now {
+                            std::thread::sleep(due - now);
+                        }
+                        if to.write_all(&chunk).is_err() {
+                            break;
+                        }
+                    }
+                    let _ = to.shutdown(std::net::Shutdown::Write);
+                });
+            }
+        }
+    });
+    Ok(port)
+}
+
+/// A project folder whose kart.lock names `blobs` (synthetic artifacts).
+fn write_project(dir: &Path, blobs: &[(String, Vec<u8>)]) -> Res<()> {
+    std::fs::create_dir_all(dir.join("kernels"))?;
+    std::fs::write(dir.join("kart.toml"), "[project]\ntargets = [\"sm_90\"]\n")?;
+    let mut lock = String::from("version = 1\n");
+    let mut sorted: Vec<(usize, &(String, Vec<u8>))> = blobs.iter().enumerate().collect();
+    sorted.sort_by_key(|(i, _)| *i);
+    for (i, (digest, bytes)) in sorted {
+        lock.push_str(&format!(
+            "\n[[artifact]]\nkernel = \"synthetic\"\ntarget = \"sm_90\"\nkind = \"cubin\"\nkey = \"{}\"\ndigest = \"{digest}\"\nsize = {}\nnvcc = \"13.0.88\"\n\n[artifact.config]\nI = {i}\n\n[[artifact.entries]]\nname = \"k\"\nregisters = 32\nshared_bytes = 0\nstack_bytes = 0\nspill_store_bytes = 0\nspill_load_bytes = 0\n",
+            kart::digest::sha256_hex(format!("key {i}").as_bytes()),
+            bytes.len()
+        ));
+    }
+    std::fs::write(dir.join("kart.lock"), lock)?;
+    Ok(())
+}
+
+fn run_kart(kart: &Path, dir: &Path, args: &[&str]) -> Res<Duration> {
+    let t = Instant::now();
+    let out = Command::new(kart)
+        .arg("-C")
+        .arg(dir)
+        .args(args)
+        .env_remove("KART_REMOTE_TOKEN")
+        .output()?;
+    let elapsed = t.elapsed();
+    if !out.status.success() {
+        return Err(format!(
+            "kart {args:?} failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        )
+        .into());
+    }
+    Ok(elapsed)
+}
+
+fn run_curl(urls: &[String], out_dir: &Path) -> Res<Duration> {
+    let config = out_dir.join("curl.conf");
+    let mut text = String::new();
+    for (i, u) in urls.iter().enumerate() {
+        text.push_str(&format!(
+            "url = \"{u}\"\noutput = \"{}\"\n",
+            out_dir.join(format!("b{i}")).display()
+        ));
+    }
+    std::fs::write(&config, text)?;
+    let t = Instant::now();
+    let status = Command::new("curl")
+        .args(["-sS", "--fail", "-K"])
+        .arg(&config)
+        .status()?;
+    let elapsed = t.elapsed();
+    if !status.success() {
+        return Err("curl failed".into());
+    }
+    Ok(elapsed)
+}
+
+fn main() -> Res<()> {
+    let args: Vec<String> = std::env::args().collect();
+    let arg = |name: &str| {
+        args.iter()
+            .position(|a| a == name)
+            .and_then(|i| args.get(i + 1))
+            .cloned()
+    };
+    let count: usize = arg("--blobs").map_or(Ok(500), |v| v.parse())?;
+    let kart = PathBuf::from(arg("--kart").unwrap_or_else(|| "target/release/kart".into()));
+    if !kart.is_file() {
+        return Err(format!("no kart binary at {} (pass --kart)", kart.display()).into());
+    }
+
+    // Sizes spread log-uniformly from 8 KiB to 1 MiB, as a tuned grid's cubins are.
+    let blobs: Vec<(String, Vec<u8>)> = (0..count)
+        .map(|i| {
+            let f = (i as f64 * 0.618_033_988_75).fract();
+            let size = (8192f64 * (128f64).powf(f)) as usize;
+            let bytes = cubin_like(size, i as u64 + 1);
+            (kart::digest::sha256_hex(&bytes), bytes)
+        })
+        .collect();
+    let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
+    println!(
+        "{count} synthetic blobs, {:.1} MB ({} B to {} B)",
+        total as f64 / 1e6,
+        blobs.iter().map(|(_, b)| b.len()).min().unwrap_or(0),
+        blobs.iter().map(|(_, b)| b.len()).max().unwrap_or(0)
+    );
+    let nginx = Nginx::start()?;
+    for (d, b) in &blobs {
+        std::fs::write(nginx.dir.path().join("www/kart/cas").join(d), b)?;
+    }
+    let proxy = start_delay_proxy(nginx.port, Duration::from_millis(10))?;
+    let mb = total as f64 / 1e6;
+
+    println!(
+        "\n{:22} {:>10} {:>9} {:>10} {:>9} {:>10} {:>9}",
+        "", "curl 1by1", "MB/s", "kart -j1", "MB/s", "kart -j16", "MB/s"
+    );
+    let mut figures = Vec::new();
+    for (label, port) in [("loopback", nginx.port), ("loopback + 20 ms RTT", proxy)] {
+        let base = format!("http://127.0.0.1:{port}/kart");
+        let urls: Vec<String> = blobs
+            .iter()
+            .map(|(d, _)| format!("{base}/cas/{d}"))
+            .collect();
+        let curl_dir = tempfile::tempdir()?;
+        let curl = run_curl(&urls, curl_dir.path())?;
+        let mut kart_times = Vec::new();
+        for jobs in ["1", "16"] {
+            let project = tempfile::tempdir()?;
+            write_project(project.path(), &blobs)?;
+            let t = run_kart(
+                &kart,
+                project.path(),
+                &["-q", "fetch", "--remote", &base, "--jobs", jobs],
+            )?;
+            kart_times.push(t);
+        }
+        println!(
+            "{label:22} {:>9.2}s {:>9.1} {:>9.2}s {:>9.1} {:>9.2}s {:>9.1}   curl / kart -j16: {:.2}",
+            curl.as_secs_f64(),
+            mb / curl.as_secs_f64(),
+            kart_times[0].as_secs_f64(),
+            mb / kart_times[0].as_secs_f64(),
+            kart_times[1].as_secs_f64(),
+            mb / kart_times[1].as_secs_f64(),
+            curl.as_secs_f64() / kart_times[1].as_secs_f64()
+        );
+        figures.push((label, curl, kart_times));
+    }
+
+    // No-op fetch and push: everything already in place.
+    let project = tempfile::tempdir()?;
+    write_project(project.path(), &blobs)?;
+    let base = format!("http://127.0.0.1:{}/kart", nginx.port);
+    let slow = format!("http://127.0.0.1:{proxy}/kart");
+    run_kart(&kart, project.path(), &["-q", "fetch", "--remote", &base])?;
+    let noop_fetch = run_kart(&kart, project.path(), &["-q", "fetch", "--remote", &base])?;
+    let noop_push = run_kart(&kart, project.path(), &["-q", "push", "--remote", &base])?;
+    let noop_push_slow = run_kart(&kart, project.path(), &["-q", "push", "--remote", &slow])?;
+    println!(
+        "\nno-op fetch (all {count} present): {:.3} s; no-op push (HEAD each): {:.3} s at loopback, {:.3} s at 20 ms RTT",
+        noop_fetch.as_secs_f64(),
+        noop_push.as_secs_f64(),
+        noop_push_slow.as_secs_f64()
+    );
+
+    // Where kart's time goes, in-process on the same blobs (one thread).
+    let t = Instant::now();
+    for (_, b) in &blobs {
+        std::hint::black_box(kart::digest::sha256_hex(b));
+    }
+    let hash = t.elapsed();
+    let t = Instant::now();
+    let mut compressed = 0usize;
+    for (_, b) in &blobs {
+        if b.len() > kart::store::RAW_BLOB_MAX {
+            compressed += zstd::bulk::compress(b, 3)?.len();
+        }
+    }
+    let zstd_time = t.elapsed();
+    let store_dir = tempfile::tempdir()?;
+    let store = kart::store::Store::open(
+        store_dir.path(),
+        kart::store::LockMode::Shared,
+        Duration::from_secs(5),
+    )?;
+    let t = Instant::now();
+    for (d, b) in &blobs {
+        store.put_verified_blob(d, b)?;
+    }
+    let store_time = t.elapsed();
+    println!(
+        "in-process, one thread, all {count} blobs: sha256 {:.2} s ({:.0} MB/s); zstd level 3 of those above 64 KiB {:.2} s ({:.0} MB/s, {:.1} MB out); storing (zstd + temp file + fsync + rename) {:.2} s",
+        hash.as_secs_f64(),
+        mb / hash.as_secs_f64(),
+        zstd_time.as_secs_f64(),
+        mb / zstd_time.as_secs_f64(),
+        compressed as f64 / 1e6,
+        store_time.as_secs_f64()
+    );
+    let _ = figures;
+
+    // The repository's own artifacts (from the current folder's store), pushed and
+    // fetched cold.
+    if Path::new("kart.lock").is_file() {
+        let base = format!("http://127.0.0.1:{}/repo", nginx.port);
+        run_kart(&kart, Path::new("."), &["-q", "push", "--remote", &base])?;
+        let copy = tempfile::tempdir()?;
+        std::fs::copy("kart.lock", copy.path().join("kart.lock"))?;
+        std::fs::copy("kart.toml", copy.path().join("kart.toml"))?;
+        std::fs::create_dir_all(copy.path().join("kernels"))?;
+        let lock_text = std::fs::read_to_string("kart.lock")?;
+        let n = lock_text.matches("[[artifact]]").count();
+        let t = run_kart(&kart, copy.path(), &["-q", "fetch", "--remote", &base])?;
+        println!(
+            "repository lock ({n} artifacts): cold fetch {:.3} s at loopback",
+            t.as_secs_f64()
+        );
+    }
+    Ok(())
+}

@@ -5,10 +5,11 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::cubin::{EntryInfo, check_cubin, check_ptx, parse_resource_usage};
+use crate::cubin::{EntryInfo, check_cubin, check_ptx, param_sizes, parse_resource_usage};
 use crate::key::ArtifactKind;
 use crate::manifest::{Config, Kernel};
 use crate::process::run_with_timeout;
+use crate::signature::check_signature;
 use crate::target::TargetArch;
 use crate::toolchain::Toolchain;
 
@@ -148,7 +149,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         summary: format!("nvcc's output failed its check: {why}"),
         details: String::new(),
     })?;
-    let entries = match job.kind {
+    let mut entries = match job.kind {
         ArtifactKind::Cubin => parse_resource_usage(&stderr, &job.kernel.entry),
         ArtifactKind::Ptx => job
             .kernel
@@ -160,6 +161,28 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             })
             .collect(),
     };
+    for entry in &mut entries {
+        if job.kind == ArtifactKind::Cubin {
+            entry.params = param_sizes(&bytes, &entry.name).map_err(|why| CompileFailure {
+                summary: format!("nvcc's output failed its check: {why}"),
+                details: String::new(),
+            })?;
+        }
+        if let Some(declared) = job.kernel.signature.get(&entry.name) {
+            if job.kind == ArtifactKind::Cubin {
+                check_signature(&entry.name, declared, &entry.params).map_err(|why| {
+                    CompileFailure {
+                        summary: why,
+                        details: format!(
+                            "  fix `[signature]` in {} to match the kernel's parameters",
+                            job.kernel.manifest.display()
+                        ),
+                    }
+                })?;
+            }
+            entry.signature = Some(declared.clone());
+        }
+    }
     Ok(CompileOutput {
         bytes,
         stderr,

@@ -25,6 +25,14 @@ pub struct EntryInfo {
     pub spill_store_bytes: u64,
     /// Bytes reloaded from local memory.
     pub spill_load_bytes: u64,
+    /// The size in bytes of each parameter, in order, from the cubin's `.nv.info`
+    /// (empty for PTX).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub params: Vec<u32>,
+    /// The declared kinds of the parameters (`kernel.toml` `[signature]`), checked
+    /// against `params` at build time.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub signature: Option<Vec<crate::signature::ParamKind>>,
 }
 
 /// What a cubin says about itself.
@@ -93,6 +101,60 @@ pub fn inspect_cubin(bytes: &[u8]) -> Result<CubinFacts, String> {
         toolkit,
         functions,
     })
+}
+
+/// `EIATTR_KPARAM_INFO`: one record per kernel parameter in `.nv.info.<function>`.
+const EIATTR_KPARAM_INFO: u8 = 0x17;
+/// `EIFMT_SVAL`: an attribute with a 16-bit length and that many bytes of value.
+const EIFMT_SVAL: u8 = 4;
+
+/// The size of each parameter of `function`, in order, from the cubin's
+/// `.nv.info.<function>` section: a list of attributes (format byte, attribute byte,
+/// then 2 bytes of value, or for `EIFMT_SVAL` a 16-bit length and the value). A
+/// parameter record is 12 bytes: index (u32), ordinal (u16), offset (u16), and a word
+/// holding the size in bits 18..32.
+pub fn param_sizes(bytes: &[u8], function: &str) -> Result<Vec<u32>, String> {
+    let file =
+        ElfFile64::<LittleEndian>::parse(bytes).map_err(|e| format!("not an ELF file: {e}"))?;
+    let name = format!(".nv.info.{function}");
+    let Some(section) = file.section_by_name(&name) else {
+        // No attribute section: ptxas writes one for every kernel with parameters.
+        return Ok(Vec::new());
+    };
+    let data = section
+        .data()
+        .map_err(|e| format!("unreadable {name}: {e}"))?;
+    let mut params: Vec<(u16, u32)> = Vec::new();
+    let mut at = 0;
+    while at + 4 <= data.len() {
+        let (format, attribute) = (data[at], data[at + 1]);
+        if format != EIFMT_SVAL {
+            at += 4;
+            continue;
+        }
+        let len = u16::from_le_bytes([data[at + 2], data[at + 3]]) as usize;
+        let value = data
+            .get(at + 4..at + 4 + len)
+            .ok_or_else(|| format!("{name}: attribute runs past the section"))?;
+        if attribute == EIATTR_KPARAM_INFO && len >= 12 {
+            let ordinal = u16::from_le_bytes([value[4], value[5]]);
+            let word = u32::from_le_bytes([value[8], value[9], value[10], value[11]]);
+            params.push((ordinal, word >> 18));
+        }
+        at += 4 + len;
+    }
+    params.sort();
+    if params
+        .iter()
+        .enumerate()
+        .any(|(i, (o, _))| *o as usize != i)
+    {
+        return Err(format!(
+            "{name}: parameter ordinals are not 0..{}",
+            params.len()
+        ));
+    }
+    Ok(params.into_iter().map(|(_, size)| size).collect())
 }
 
 /// Checks that a cubin is for `target` and defines every entry.
@@ -213,6 +275,36 @@ pub fn parse_resource_usage(stderr: &str, entries: &[String]) -> Vec<EntryInfo> 
 
 #[cfg(test)]
 mod tests {
+
+    /// A cubin of the smoke kernel (`ptr, ptr, f32, f32, i32`) as the pinned nvcc built
+    /// it for sm_90; its parameter records must read back as 8, 8, 4, 4, 4.
+    #[test]
+    fn param_sizes_come_from_the_cubin() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let nvcc = root.join(".toolchain/py/nvidia/cu13/bin/nvcc");
+        if !nvcc.is_file() {
+            panic!("run scripts/setup first (the pinned nvcc is missing)");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("smoke.cubin");
+        let status = std::process::Command::new(&nvcc)
+            .args(["-cubin", "-arch", "sm_90", "-o"])
+            .arg(&out)
+            .arg(root.join("kernels/smoke/smoke.cu"))
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let bytes = std::fs::read(&out).unwrap();
+        assert_eq!(
+            param_sizes(&bytes, "kart_smoke_axpb").unwrap(),
+            vec![8, 8, 4, 4, 4]
+        );
+        assert_eq!(
+            param_sizes(&bytes, "no_such_function").unwrap(),
+            Vec::<u32>::new()
+        );
+    }
+
     use super::*;
 
     #[test]
@@ -233,7 +325,8 @@ ptxas info    : Used 12 registers, used 0 barriers, 380 bytes cmem[0]\n";
                 shared_bytes: 16384,
                 stack_bytes: 16,
                 spill_store_bytes: 8,
-                spill_load_bytes: 4
+                spill_load_bytes: 4,
+                ..EntryInfo::default()
             }
         );
         assert_eq!(infos[1].registers, 12);

@@ -85,6 +85,12 @@ pub fn action_preimage(
         kernel.sources[0].to_string_lossy().replace('\\', "/"),
     );
     p.push("entry", kernel.entry.join(" "));
+    // Only when declared, so that kernels without one keep their keys: the signature
+    // is recorded in the artifact's entry and checked against the cubin.
+    for (entry, kinds) in &kernel.signature {
+        let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+        p.push(format!("signature {entry}"), names.join(" "));
+    }
     // JSON keeps the flags' order and boundaries ("-a b" is not "-a", "b").
     p.push(
         "flags",
@@ -197,6 +203,8 @@ mod tests {
             ptx: false,
             params: BTreeMap::new(),
             exclude: vec![],
+            signature: Default::default(),
+            default: None,
         };
         (toolchain, kernel)
     }

@@ -8,6 +8,7 @@
 //! - [`key`]: the action key over every input of an artifact;
 //! - [`compile`] and [`process`]: one nvcc run, under a timeout, checked;
 //! - [`cubin`]: what a cubin says about itself;
+//! - [`signature`]: declared kernel parameter kinds;
 //! - [`store`]: the content-addressed local store;
 //! - [`lockfile`]: the `kart.lock` file;
 //! - [`remote`]: the shared cache over HTTP or a folder;
@@ -35,6 +36,7 @@ pub mod process;
 pub mod remote;
 pub mod resolve;
 pub mod runtime;
+pub mod signature;
 pub mod smoke;
 pub mod store;
 pub mod target;

@@ -117,6 +117,11 @@ pub struct Kernel {
     pub params: BTreeMap<String, Vec<ParamValue>>,
     /// Partial assignments never built.
     pub exclude: Vec<BTreeMap<String, ParamValue>>,
+    /// Declared parameter kinds per entry (`[signature]`), checked against the cubin.
+    pub signature: BTreeMap<String, Vec<crate::signature::ParamKind>>,
+    /// The config to use when nothing better is known (`default = { … }`): exported by
+    /// default, and `best()`'s answer on a GPU with no tuning record.
+    pub default: Option<Config>,
 }
 
 impl Kernel {
@@ -466,7 +471,36 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         exclude.push(partial);
     }
 
-    let kernel = Kernel {
+    let mut signature = BTreeMap::new();
+    for (e, kinds) in &raw.signature {
+        if !entry.contains(e.get_ref()) {
+            return Err(file.error(
+                e.span(),
+                format!(
+                    "`[signature]` names `{}`, which is not an entry",
+                    e.get_ref()
+                ),
+                format!("entries of this kernel: {}", entry.join(", ")),
+            ));
+        }
+        let mut list = Vec::new();
+        for k in kinds.get_ref() {
+            let kind = k
+                .get_ref()
+                .parse::<crate::signature::ParamKind>()
+                .map_err(|why| {
+                    file.error(
+                        k.span(),
+                        why,
+                        "write the C type's kart name, e.g. \"ptr\" for any pointer",
+                    )
+                })?;
+            list.push(kind);
+        }
+        signature.insert(e.get_ref().clone(), list);
+    }
+
+    let mut kernel = Kernel {
         name,
         dir: dir.to_path_buf(),
         manifest,
@@ -479,13 +513,37 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         ptx: raw.ptx,
         params,
         exclude,
+        signature,
+        default: None,
     };
-    if kernel.configs().is_empty() {
+    let configs = kernel.configs();
+    if configs.is_empty() {
         return Err(file.error(
             0..0,
             "the `[[exclude]]` entries exclude every config of the grid",
             "remove or narrow an `[[exclude]]` entry",
         ));
+    }
+    if let Some(d) = &raw.default {
+        let mut config = Config::default();
+        for (k, v) in d.get_ref() {
+            if !kernel.params.contains_key(k.get_ref()) {
+                return Err(file.error(
+                    k.span(),
+                    format!("`default` names `{}`, which is not a param", k.get_ref()),
+                    "give a value for each param of `[params]`",
+                ));
+            }
+            config.0.insert(k.get_ref().clone(), file.value(v)?);
+        }
+        if !configs.contains(&config) {
+            return Err(file.error(
+                d.span(),
+                format!("`default` {config} is not a config of the grid (a param missing, a value not listed, or excluded)"),
+                "name one value of every param, a combination the grid builds",
+            ));
+        }
+        kernel.default = Some(config);
     }
     Ok(kernel)
 }
@@ -743,6 +801,9 @@ struct RawKernel {
     params: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<RawValue>>>>,
     #[serde(default)]
     exclude: Vec<Spanned<BTreeMap<Spanned<String>, Spanned<RawValue>>>>,
+    #[serde(default)]
+    signature: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<String>>>>,
+    default: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawValue>>>>,
 }
 
 #[derive(Deserialize)]
@@ -786,6 +847,8 @@ mod tests {
                         .collect()
                 })
                 .collect(),
+            signature: Default::default(),
+            default: None,
         }
     }
 

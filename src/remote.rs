@@ -214,6 +214,9 @@ impl Remote {
         let Some(bytes) = self.get("ac", name, MAX_ENTRY_BYTES)? else {
             return Ok(None);
         };
+        if crate::store::is_other_format(&bytes) {
+            return Ok(None);
+        }
         let parsed = serde_json::from_slice::<ActionEntry>(&bytes)
             .map_err(|e| e.to_string())
             .and_then(|entry| {

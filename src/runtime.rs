@@ -22,6 +22,7 @@ use crate::manifest::{Config, Project};
 use crate::resolve::{
     Capability, JitPolicy, driver_branch, format_cuda_version, required_driver_version, resolve,
 };
+use crate::signature::ParamKind;
 use crate::store::{LockMode, Store};
 use crate::target::TargetArch;
 
@@ -221,6 +222,65 @@ impl LoadedArtifact {
             })
     }
 
+    /// Launches `entry` on `stream` with checked arguments: their number and kinds must
+    /// match the entry's declared `[signature]`, or, without one, their sizes must
+    /// match the parameter sizes the cubin records. Dynamic shared memory above 48 KiB
+    /// is allowed for the entry first. Device pointers are not checked (a bad one is a
+    /// device fault the driver reports on a later call, as with any launch).
+    pub fn launch(
+        &self,
+        entry: &str,
+        dims: LaunchDims,
+        stream: &CudaStream,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let function = self.function(entry)?;
+        let info = self
+            .artifact
+            .entries
+            .iter()
+            .find(|e| e.name == entry)
+            .ok_or_else(|| Error::NotLoadable {
+                message: format!("{} has no entry `{entry}`", self.artifact.describe()),
+                hint: None,
+            })?;
+        check_args(&self.artifact.describe(), info, args)?;
+        if dims.shared_bytes > 48 * 1024 {
+            self.allow_dynamic_shared(entry, dims.shared_bytes)?;
+        }
+        // One 8-byte slot per argument, little-endian: the driver copies `size` bytes
+        // from each pointer.
+        let mut slots: Vec<u64> = args.iter().map(KernelArg::bits).collect();
+        let mut pointers: Vec<*mut std::ffi::c_void> = slots
+            .iter_mut()
+            .map(|slot| (slot as *mut u64).cast())
+            .collect();
+        stream
+            .context()
+            .bind_to_thread()
+            .map_err(driver_err("cuCtxSetCurrent"))?;
+        // SAFETY: `function` and `stream` are live handles of this context; `pointers`
+        // holds one pointer per kernel parameter (checked above), each to 8 bytes that
+        // outlive the call, which copies them.
+        unsafe {
+            sys::cuLaunchKernel(
+                function.cu_function(),
+                dims.grid.0,
+                dims.grid.1,
+                dims.grid.2,
+                dims.block.0,
+                dims.block.1,
+                dims.block.2,
+                dims.shared_bytes,
+                stream.cu_stream(),
+                pointers.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()
+        .map_err(driver_err("cuLaunchKernel"))
+    }
+
     /// Allows `bytes` of dynamic shared memory for `entry` (needed above 48 KiB).
     pub fn allow_dynamic_shared(&self, entry: &str, bytes: u32) -> Result<()> {
         let f = self.function(entry)?;
@@ -230,6 +290,124 @@ impl LoadedArtifact {
         )
         .map_err(driver_err("cuFuncSetAttribute"))
     }
+}
+
+/// Grid, block and dynamic shared memory of a launch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LaunchDims {
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads per block in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Dynamic shared memory per block, bytes.
+    pub shared_bytes: u32,
+}
+
+/// One kernel argument for [`LoadedArtifact::launch`].
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum KernelArg {
+    /// A device pointer (`CUdeviceptr`).
+    Ptr(u64),
+    /// `int8_t`.
+    I8(i8),
+    /// `uint8_t`.
+    U8(u8),
+    /// `int16_t`.
+    I16(i16),
+    /// `uint16_t`.
+    U16(u16),
+    /// `__half`, as its bits.
+    F16(u16),
+    /// `__nv_bfloat16`, as its bits.
+    Bf16(u16),
+    /// `int`.
+    I32(i32),
+    /// `unsigned`.
+    U32(u32),
+    /// `float`.
+    F32(f32),
+    /// `long long`.
+    I64(i64),
+    /// `unsigned long long`.
+    U64(u64),
+    /// `double`.
+    F64(f64),
+}
+
+impl KernelArg {
+    /// Its kind.
+    pub fn kind(&self) -> ParamKind {
+        match self {
+            KernelArg::Ptr(_) => ParamKind::Ptr,
+            KernelArg::I8(_) => ParamKind::I8,
+            KernelArg::U8(_) => ParamKind::U8,
+            KernelArg::I16(_) => ParamKind::I16,
+            KernelArg::U16(_) => ParamKind::U16,
+            KernelArg::F16(_) => ParamKind::F16,
+            KernelArg::Bf16(_) => ParamKind::Bf16,
+            KernelArg::I32(_) => ParamKind::I32,
+            KernelArg::U32(_) => ParamKind::U32,
+            KernelArg::F32(_) => ParamKind::F32,
+            KernelArg::I64(_) => ParamKind::I64,
+            KernelArg::U64(_) => ParamKind::U64,
+            KernelArg::F64(_) => ParamKind::F64,
+        }
+    }
+
+    /// Its bytes in the low end of a little-endian 64-bit word.
+    fn bits(&self) -> u64 {
+        match *self {
+            KernelArg::Ptr(v) | KernelArg::U64(v) => v,
+            KernelArg::I8(v) => v as u8 as u64,
+            KernelArg::U8(v) => v as u64,
+            KernelArg::I16(v) => v as u16 as u64,
+            KernelArg::U16(v) | KernelArg::F16(v) | KernelArg::Bf16(v) => v as u64,
+            KernelArg::I32(v) => v as u32 as u64,
+            KernelArg::U32(v) => v as u64,
+            KernelArg::F32(v) => v.to_bits() as u64,
+            KernelArg::I64(v) => v as u64,
+            KernelArg::F64(v) => v.to_bits(),
+        }
+    }
+}
+
+/// Checks launch arguments against an entry's signature, else its parameter sizes.
+pub fn check_args(
+    artifact: &str,
+    entry: &crate::cubin::EntryInfo,
+    args: &[KernelArg],
+) -> Result<()> {
+    let given: Vec<&str> = args.iter().map(|a| a.kind().name()).collect();
+    let wrong = |expected: String| Error::Usage {
+        message: format!(
+            "{artifact}: `{}` takes {expected}; the call passes {} arguments [{}]",
+            entry.name,
+            args.len(),
+            given.join(", ")
+        ),
+        hint: None,
+    };
+    if let Some(signature) = &entry.signature {
+        let kinds: Vec<ParamKind> = args.iter().map(KernelArg::kind).collect();
+        if &kinds != signature {
+            let names: Vec<&str> = signature.iter().map(|k| k.name()).collect();
+            return Err(wrong(format!(
+                "{} arguments [{}]",
+                signature.len(),
+                names.join(", ")
+            )));
+        }
+        return Ok(());
+    }
+    let sizes: Vec<u32> = args.iter().map(|a| a.kind().size()).collect();
+    if !entry.params.is_empty() && sizes != entry.params {
+        return Err(wrong(format!(
+            "{} arguments of sizes {:?} (no [signature] declared)",
+            entry.params.len(),
+            entry.params
+        )));
+    }
+    Ok(())
 }
 
 type LoadedMap = HashMap<String, HashMap<Config, Arc<LoadedArtifact>>>;
@@ -444,5 +622,43 @@ fn force_load(f: &CudaFunction, driver_version: i32) -> Result<()> {
         f.num_regs()
             .map(|_| ())
             .map_err(driver_err("cuFuncGetAttribute"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::cubin::EntryInfo;
+
+    #[test]
+    fn launch_arguments_are_checked_against_the_signature_or_the_sizes() {
+        let mut entry = EntryInfo {
+            name: "axpb".into(),
+            params: vec![8, 8, 4, 4, 4],
+            ..EntryInfo::default()
+        };
+        let good = [
+            KernelArg::Ptr(1 << 20),
+            KernelArg::Ptr(2 << 20),
+            KernelArg::F32(1.5),
+            KernelArg::F32(-0.25),
+            KernelArg::I32(7),
+        ];
+        assert!(check_args("smoke", &entry, &good).is_ok());
+        // Without a signature only sizes are known: an i32 where an f32 goes passes.
+        let mut swapped = good;
+        swapped[2] = KernelArg::I32(1);
+        assert!(check_args("smoke", &entry, &swapped).is_ok());
+        let err = check_args("smoke", &entry, &good[..4]).unwrap_err();
+        assert!(err.to_string().contains("sizes [8, 8, 4, 4, 4]"), "{err}");
+        entry.signature = Some(crate::smoke::SMOKE_SIGNATURE.to_vec());
+        let err = check_args("smoke", &entry, &swapped).unwrap_err();
+        assert!(
+            err.to_string().contains("[ptr, ptr, f32, f32, i32]")
+                && err.to_string().contains("[ptr, ptr, i32, f32, i32]"),
+            "{err}"
+        );
+        assert_eq!(KernelArg::I8(-1).bits(), 0xff);
+        assert_eq!(KernelArg::F32(1.0).bits(), 0x3f80_0000);
     }
 }

@@ -8,6 +8,7 @@ use crate::compile::{CompileJob, compile};
 use crate::error::{Error, IoContext, Result};
 use crate::key::ArtifactKind;
 use crate::manifest::{Config, Kernel};
+use crate::signature::ParamKind;
 use crate::store::Store;
 use crate::target::TargetArch;
 use crate::toolchain::Toolchain;
@@ -17,6 +18,15 @@ pub const SMOKE_SOURCE: &str = include_str!("../kernels/smoke/smoke.cu");
 
 /// Its one entry point: `y[i] = a * x[i] + b`.
 pub const SMOKE_ENTRY: &str = "kart_smoke_axpb";
+
+/// Its parameters: `(const float* x, float* y, float a, float b, int n)`.
+pub const SMOKE_SIGNATURE: [ParamKind; 5] = [
+    ParamKind::Ptr,
+    ParamKind::Ptr,
+    ParamKind::F32,
+    ParamKind::F32,
+    ParamKind::I32,
+];
 
 /// How long the smoke compile may take: it is tiny, so a hang shows within a minute.
 const SMOKE_TIMEOUT: Duration = Duration::from_secs(60);
@@ -36,6 +46,8 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         ptx: false,
         params: Default::default(),
         exclude: vec![],
+        signature: [(SMOKE_ENTRY.to_string(), SMOKE_SIGNATURE.to_vec())].into(),
+        default: None,
     }
 }
 
@@ -190,6 +202,8 @@ pub fn run_smoke(
         nvcc: toolchain.release.clone(),
         entries: vec![crate::cubin::EntryInfo {
             name: SMOKE_ENTRY.into(),
+            params: crate::cubin::param_sizes(&verified, SMOKE_ENTRY).unwrap_or_default(),
+            signature: Some(SMOKE_SIGNATURE.to_vec()),
             ..Default::default()
         }],
     };
@@ -220,7 +234,7 @@ pub fn launch_smoke(
     loaded: &crate::runtime::LoadedArtifact,
     n: usize,
 ) -> Result<f64> {
-    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    use crate::runtime::KernelArg;
     let driver = |call: &'static str| {
         move |e: cudarc::driver::DriverError| Error::Driver {
             call,
@@ -242,23 +256,28 @@ pub fn launch_smoke(
     let mut y_dev = stream
         .clone_htod(&vec![f32::NAN; n])
         .map_err(driver("cuMemcpyHtoD"))?;
-    let f = loaded.function(SMOKE_ENTRY)?;
-    let cfg = LaunchConfig {
-        grid_dim: (n.div_ceil(256) as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: 0,
-    };
     let n_arg = n as i32;
-    let mut launch = stream.launch_builder(f);
-    launch
-        .arg(&x_dev)
-        .arg(&mut y_dev)
-        .arg(&a)
-        .arg(&b)
-        .arg(&n_arg);
-    // SAFETY: the argument list matches the kernel's signature
-    // (const float*, float*, float, float, int) and both buffers hold n floats.
-    unsafe { launch.launch(cfg) }.map_err(driver("cuLaunchKernel"))?;
+    {
+        use cudarc::driver::{DevicePtr, DevicePtrMut};
+        let (x_ptr, _x_sync) = x_dev.device_ptr(&stream);
+        let (y_ptr, _y_sync) = y_dev.device_ptr_mut(&stream);
+        loaded.launch(
+            SMOKE_ENTRY,
+            crate::runtime::LaunchDims {
+                grid: (n.div_ceil(256) as u32, 1, 1),
+                block: (256, 1, 1),
+                shared_bytes: 0,
+            },
+            &stream,
+            &[
+                KernelArg::Ptr(x_ptr),
+                KernelArg::Ptr(y_ptr),
+                KernelArg::F32(a),
+                KernelArg::F32(b),
+                KernelArg::I32(n_arg),
+            ],
+        )?;
+    }
     let y = stream.clone_dtoh(&y_dev).map_err(driver("cuMemcpyDtoH"))?;
     let mut worst = 0f64;
     for (i, (&xi, &yi)) in x.iter().zip(&y).enumerate() {

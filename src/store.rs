@@ -36,8 +36,17 @@ use crate::manifest::Config;
 /// incompatibly; old folders are then simply ignored.
 pub const LAYOUT: &str = "v1";
 
-/// Bump with any incompatible change of [`ActionEntry`].
-pub const ENTRY_FORMAT: u32 = 1;
+/// Bump with any incompatible change of [`ActionEntry`]. Entries of another format are
+/// misses (rebuilt and overwritten), not corruption. 2: entries record parameter sizes.
+pub const ENTRY_FORMAT: u32 = 2;
+
+/// Whether `json` is an action entry of another format than [`ENTRY_FORMAT`].
+pub fn is_other_format(json: &[u8]) -> bool {
+    serde_json::from_slice::<serde_json::Value>(json)
+        .ok()
+        .and_then(|v| v.get("format").and_then(serde_json::Value::as_u64))
+        .is_some_and(|f| f != u64::from(ENTRY_FORMAT))
+}
 
 /// zstd level for blobs kart compiled: cubins compress well, decompression speed does
 /// not depend on the level, and nvcc takes far longer than level 12 does.
@@ -366,6 +375,9 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at("read", &path),
         };
+        if is_other_format(&bytes) {
+            return Ok(None);
+        }
         let parsed = serde_json::from_slice::<ActionEntry>(&bytes)
             .map_err(|e| e.to_string())
             .and_then(|entry| {

@@ -396,3 +396,33 @@ fn the_repository_smoke_kernel_matches_the_embedded_one() {
     let on_disk = std::fs::read_to_string(repo.join("kernels/smoke/smoke.cu")).unwrap();
     assert_eq!(on_disk, kart::smoke::SMOKE_SOURCE);
 }
+
+#[test]
+fn a_signature_that_does_not_match_the_cubin_fails_the_build() {
+    let p = TestProject::new(&["sm_90"]);
+    // `grid(float* out)` takes one pointer; the signature claims a float too.
+    p.kernel(
+        "grid",
+        GRID_BODY,
+        &format!("[signature]\ngrid = [\"ptr\", \"f32\"]\n{GRID}"),
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("signature of `grid` is [ptr, f32]")
+            && err.contains("takes 1 parameters of sizes [8]"),
+        "{err}"
+    );
+    p.kernel(
+        "grid",
+        GRID_BODY,
+        &format!("[signature]\ngrid = [\"ptr\"]\n{GRID}"),
+    );
+    p.ok(&["build"]);
+    let lock = p.read("kart.lock");
+    assert!(
+        lock.contains("params = [8]\nsignature = [\"ptr\"]"),
+        "{lock}"
+    );
+}

@@ -8,6 +8,8 @@ each measured in a fresh process with cold caches (run on a GPU machine):
   triton-warm  the same, second process, cache kept (what a warm CI cache buys)
   kart+cupy    `kart path` (verify + write the cubin) then CuPy RawModule(path=...) and
                the first launch: no compiler anywhere
+  kart export  a module written by `kart export --python` (made before the runs):
+               import it, load and launch on torch tensors: no compiler, no kart
 
 Each child prints seconds for `import` and for `first` (from the start of the build or
 load to a synchronized, checked result). Prints figures; asserts nothing.
@@ -102,6 +104,25 @@ print(json.dumps({"import": t1 - t0, "first": t2 - t1, "err": err}))
 """
 
 
+KART_EXPORT = """
+import time, json, importlib.util
+t0 = time.perf_counter()
+import torch
+torch.cuda.init()
+t1 = time.perf_counter()
+spec = importlib.util.spec_from_file_location("smoke_kernels", MODULE)
+mod = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(mod)
+t_import = time.perf_counter() - t1
+""" + AXPB_CHECK + """
+mod.load("smoke")((n + 255) // 256, 256, x, y, 1.5, -0.25, n)
+torch.cuda.synchronize()
+t2 = time.perf_counter()
+err = float((y - (1.5 * x - 0.25)).abs().max())
+print(json.dumps({"import": t1 - t0, "first": t2 - t1, "module_import": t_import, "err": err}))
+"""
+
+
 def child(code: str, env: dict, timeout: float) -> dict:
     # A script file, not `-c`: Triton reads a kernel's source from its file.
     with tempfile.TemporaryDirectory() as scratch:
@@ -131,6 +152,9 @@ def main() -> None:
     ap.add_argument("--timeout", type=float, default=300)
     args = ap.parse_args()
     kart = os.path.abspath(args.kart)
+    module_dir = tempfile.mkdtemp()
+    module = os.path.join(module_dir, "smoke_kernels.py")
+    subprocess.run([kart, "-q", "export", "--python", "-o", module, "smoke"], check=True)
     rows = {}
     for _ in range(args.repeat):
         with tempfile.TemporaryDirectory() as build, tempfile.TemporaryDirectory() as cache:
@@ -140,6 +164,7 @@ def main() -> None:
                 ("triton", TRITON, dict(os.environ, TRITON_CACHE_DIR=cache)),
                 ("triton-warm", TRITON, dict(os.environ, TRITON_CACHE_DIR=cache)),
                 ("kart+cupy", KART_CUPY.replace("KART", repr(kart)), dict(os.environ)),
+                ("kart export", KART_EXPORT.replace("MODULE", repr(module)), dict(os.environ)),
             ]
             for name, code, child_env in runs:
                 result = child(code, child_env, args.timeout)
@@ -147,9 +172,9 @@ def main() -> None:
                 rows.setdefault(name, []).append(result)
     print()
     print(f"{'way':12} {'runs':>4} {'import s':>9} {'first result s':>15} {'process s':>10}"
-          f" {'max err':>9}  vs kart+cupy")
+          f" {'max err':>9}  vs kart export")
     base = None
-    ok = [r for r in rows.get("kart+cupy", []) if "error" not in r]
+    ok = [r for r in rows.get("kart export", []) if "error" not in r]
     if ok:
         base = statistics.median(r["first"] for r in ok)
     for name, results in rows.items():
@@ -162,6 +187,10 @@ def main() -> None:
         print(f"{name:12} {len(good):>4} {statistics.median(r['import'] for r in good):9.3f}"
               f" {first:15.4f} {statistics.median(r['process'] for r in good):10.2f}"
               f" {max(r['err'] for r in good):9.1e}  {ratio}")
+    exported = [r for r in rows.get("kart export", []) if "error" not in r]
+    if exported:
+        ms = statistics.median(r["module_import"] for r in exported) * 1e3
+        print(f"\nimporting the exported module itself: {ms:.1f} ms (median)")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,8 @@
 //! - [`maintain`]: `verify`, `gc`, `ls`;
 //! - [`resolve`]: which artifact a device can run;
 //! - [`runtime`]: the hot path, loading verified cubins through the driver;
-//! - [`attest`]: `kart.attest`, which blobs were proven on which GPU.
+//! - [`attest`]: `kart.attest`, which blobs were proven on which GPU;
+//! - [`export`]: a self-contained Python module of cubins and a loader.
 #![deny(missing_docs)]
 
 pub mod attest;
@@ -26,6 +27,7 @@ pub mod compile;
 pub mod cubin;
 pub mod digest;
 pub mod error;
+pub mod export;
 pub mod failpoint;
 pub mod fsutil;
 pub mod key;

@@ -146,6 +146,29 @@ enum Command {
         #[arg(short, long, default_value_t = 16)]
         jobs: usize,
     },
+    /// Write one self-contained Python module holding selected cubins and a loader
+    /// that needs only the CUDA driver (no kart, nvcc, NVRTC or JIT).
+    ///
+    /// By default each named kernel's `default` config (or its only config) for every
+    /// target in kart.lock; KERNEL:NAME=VALUE,… names configs; --all-configs takes all.
+    Export {
+        /// Kernels and configs: KERNEL or KERNEL:NAME=VALUE,NAME=VALUE (default: every
+        /// kernel of kart.lock).
+        #[arg(value_name = "KERNEL[:NAME=VALUE,…]")]
+        selectors: Vec<kart::export::Selector>,
+        /// Write a Python module (the only format).
+        #[arg(long, required = true)]
+        python: bool,
+        /// The file to write.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Only cubins for these targets.
+        #[arg(long = "target", value_name = "sm_XX")]
+        targets: Vec<TargetArch>,
+        /// Every config of each selected kernel.
+        #[arg(long)]
+        all_configs: bool,
+    },
     /// Remove blobs and entries kart.lock no longer names.
     Gc {
         /// Only say what would be removed.
@@ -303,6 +326,16 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         Command::Push { jobs } => {
             let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
             cmd_push(cli, &ws, *jobs)
+        }
+        Command::Export {
+            selectors,
+            python: _,
+            output,
+            targets,
+            all_configs,
+        } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_export(cli, &ws, selectors, output, targets, *all_configs)
         }
         Command::Gc { dry_run } => {
             let ws = Workspace::open(project, LockMode::Exclusive, lock_timeout)?;
@@ -607,6 +640,50 @@ fn cmd_fetch(
     } else {
         ExitCode::from(1)
     })
+}
+
+fn cmd_export(
+    cli: &Cli,
+    ws: &Workspace,
+    selectors: &[kart::export::Selector],
+    output: &std::path::Path,
+    targets: &[TargetArch],
+    all_configs: bool,
+) -> Result<ExitCode> {
+    let lock_file = lock_path(&ws.project.root);
+    let lock = Lockfile::read(&lock_file, std::path::Path::new(LOCK_FILE))?.ok_or_else(|| {
+        Error::usage(
+            "no kart.lock: export writes what the lock names",
+            Some("run `kart build` first".into()),
+        )
+    })?;
+    let options = kart::export::ExportOptions {
+        selectors: selectors.to_vec(),
+        targets: targets.to_vec(),
+        all_configs,
+    };
+    let chosen = kart::export::select(&ws.project, &lock, &options)?;
+    let lock_sha = kart::digest::sha256_file(&lock_file)?;
+    let command: Vec<String> = std::env::args()
+        .skip(1)
+        .map(|a| if a.contains(' ') { format!("'{a}'") } else { a })
+        .collect();
+    let text = kart::export::python_module(
+        &ws.store,
+        &chosen,
+        &lock_sha,
+        &format!("kart {}", command.join(" ")),
+    )?;
+    kart::fsutil::write_atomic(output, text.as_bytes())?;
+    if !cli.quiet {
+        eprintln!(
+            "wrote {} ({} cubins, {:.1} KiB)",
+            output.display(),
+            chosen.len(),
+            text.len() as f64 / 1024.0
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }
 
 fn cmd_push(cli: &Cli, ws: &Workspace, jobs: usize) -> Result<ExitCode> {

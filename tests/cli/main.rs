@@ -426,3 +426,85 @@ fn a_signature_that_does_not_match_the_cubin_fails_the_build() {
         "{lock}"
     );
 }
+
+#[test]
+fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
+    let p = TestProject::new(&["sm_80", "sm_90"]);
+    p.kernel(
+        "grid",
+        GRID_BODY,
+        &format!("default = {{ A = 1, B = 16 }}\n[signature]\ngrid = [\"ptr\"]\n{GRID}"),
+    );
+    // A second entry point with an int after the pointer, for argument checks.
+    p.write(
+        "kernels/grid/grid.cu",
+        &format!(
+            "extern \"C\" __global__ void grid(float* out, int n) {{\n if (threadIdx.x < n) {{ {GRID_BODY} }}\n}}\n"
+        ),
+    );
+    p.write(
+        "kernels/grid/kernel.toml",
+        &format!(
+            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\ndefault = {{ A = 1, B = 16 }}\n[signature]\ngrid = [\"ptr\", \"i32\"]\n{GRID}"
+        ),
+    );
+    p.ok(&["build"]);
+    // Several configs, no selection: the default only; a named partial config adds A=2.
+    let module = p.root().join("grid_kernels.py");
+    let out = p.ok(&[
+        "export",
+        "--python",
+        "-o",
+        module.to_str().unwrap(),
+        "grid",
+        "grid:A=2,B=16",
+    ]);
+    assert!(stderr(&out).contains("4 cubins"), "{}", text(&out));
+    let repo = harness::repo_root();
+    let check = std::process::Command::new("python3")
+        .arg(repo.join("tests/python/check_export.py"))
+        .arg(&module)
+        .arg(repo.join("tests/data/resolution.json"))
+        .arg(p.root().join("kart.lock"))
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(
+        stdout(&check).contains("all checks passed"),
+        "{}",
+        text(&check)
+    );
+
+    let ruff = repo.join(".toolchain/pytools/bin/ruff");
+    assert!(
+        ruff.is_file(),
+        "ruff is missing at {}: run scripts/test (it installs it)",
+        ruff.display()
+    );
+    let lint = std::process::Command::new(ruff)
+        .args(["check", "--isolated", "--no-cache"])
+        .arg(&module)
+        .output()
+        .unwrap();
+    assert!(lint.status.success(), "ruff: {}", text(&lint));
+
+    // Without a default and with several configs, the user must say which.
+    p.write(
+        "kernels/grid/kernel.toml",
+        &format!("name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\n{GRID}"),
+    );
+    p.ok(&["build"]);
+    let out = p.kart(&["export", "--python", "-o", "x.py"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains("--all-configs"), "{}", text(&out));
+    let out = p.ok(&[
+        "export",
+        "--python",
+        "-o",
+        "x.py",
+        "--all-configs",
+        "--target",
+        "sm_90",
+    ]);
+    assert!(stderr(&out).contains("3 cubins"), "{}", text(&out));
+}

@@ -62,7 +62,7 @@ impl Fixture {
         w("kernels/smem/smem.cu", SMEM_CU);
         w(
             "kernels/smem/kernel.toml",
-            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n",
+            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n[signature]\nbig_smem = [\"ptr\", \"ptr\", \"i32\"]\n",
         );
         w(
             "kernels/old/old.cu",
@@ -237,7 +237,8 @@ fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) -> TestResu
 }
 
 fn more_than_48k_of_shared_memory_launches(f: &Fixture, gpu: &Gpu) -> TestResult {
-    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use kart::runtime::{KernelArg, LaunchDims};
     let rt = f.runtime();
     let k = gpu
         .kernel(&rt, "smem", &Config::default())
@@ -246,23 +247,43 @@ fn more_than_48k_of_shared_memory_launches(f: &Fixture, gpu: &Gpu) -> TestResult
     let blocks = 8;
     let n = per_block * blocks;
     let smem = (per_block * 4) as u32;
-    k.allow_dynamic_shared("big_smem", smem)
-        .map_err(|e| e.to_string())?;
     let x: Vec<f32> = (0..n).map(|i| i as f32 * 0.5 - 7.0).collect();
     let stream = gpu.stream();
     let xd = stream.clone_htod(&x).map_err(|e| e.to_string())?;
     let mut yd = stream
         .clone_htod(&vec![f32::NAN; n])
         .map_err(|e| e.to_string())?;
-    let n_arg = n as i32;
-    let mut l = stream.launch_builder(k.function("big_smem").map_err(|e| e.to_string())?);
-    l.arg(&xd).arg(&mut yd).arg(&n_arg);
-    let cfg = LaunchConfig {
-        grid_dim: (blocks as u32, 1, 1),
-        block_dim: (256, 1, 1),
-        shared_mem_bytes: smem,
+    let dims = LaunchDims {
+        grid: (blocks as u32, 1, 1),
+        block: (256, 1, 1),
+        shared_bytes: smem,
     };
-    unsafe { l.launch(cfg) }.map_err(|e| e.to_string())?;
+    {
+        let (xp, _x) = xd.device_ptr(&stream);
+        let (yp, _y) = yd.device_ptr_mut(&stream);
+        // The declared signature is (ptr, ptr, i32): a float for n is refused.
+        let wrong = k.launch(
+            "big_smem",
+            dims,
+            &stream,
+            &[KernelArg::Ptr(xp), KernelArg::Ptr(yp), KernelArg::F32(1.0)],
+        );
+        if wrong.is_ok() {
+            return Err("a launch with the wrong argument kinds was accepted".into());
+        }
+        // The checked launch raises the dynamic shared-memory limit itself.
+        k.launch(
+            "big_smem",
+            dims,
+            &stream,
+            &[
+                KernelArg::Ptr(xp),
+                KernelArg::Ptr(yp),
+                KernelArg::I32(n as i32),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+    }
     let y = stream.clone_dtoh(&yd).map_err(|e| e.to_string())?;
     for b in 0..blocks {
         for i in 0..per_block {
@@ -329,6 +350,10 @@ const TESTS: &[Test] = &[
     (
         "cached_lookup_returns_the_loaded_module",
         cached_lookup_returns_the_loaded_module,
+    ),
+    (
+        "python_export_launches_with_torch_and_cupy",
+        python_export_launches_with_torch_and_cupy,
     ),
     (
         "smoke_all_attests_every_loadable_cubin_and_survives_a_crash",
@@ -415,6 +440,44 @@ fn smoke_all_attests_every_loadable_cubin_and_survives_a_crash(
     let sm80_rows = ls.lines().filter(|l| l.contains(" sm_80 ")).count();
     if code != 0 || attested_rows < loadable.len() || sm80_rows == 0 {
         return Err(format!("kart ls does not show the attestations:\n{ls}"));
+    }
+    Ok(())
+}
+
+fn python_export_launches_with_torch_and_cupy(f: &Fixture, _: &Gpu) -> TestResult {
+    let module = f.dir.path().join("fixture_kernels.py");
+    let (code, out) = run_kart(
+        f.dir.path(),
+        &[
+            "export",
+            "--python",
+            "-o",
+            module.to_str().ok_or("path")?,
+            "scale:FACTOR=2,OFFSET=1",
+            "smem",
+            "old",
+        ],
+        &[],
+    );
+    if code != 0 {
+        return Err(format!("export failed: {out}"));
+    }
+    let script = repo_root().join("tests/python/gpu_export.py");
+    let output = std::process::Command::new("python3")
+        .arg(&script)
+        .arg(&module)
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in text.lines() {
+        println!("    {line}");
+    }
+    if !output.status.success() || !text.contains("all GPU checks passed") {
+        return Err("the exported module failed on the GPU".into());
     }
     Ok(())
 }

@@ -1,0 +1,285 @@
+//! `kart export --python`: one self-contained Python module holding selected cubins
+//! (zlib, base64, each with its sha256) and a small ctypes loader over the CUDA driver,
+//! so a Python program gets launchable kernels at import time without kart, nvcc,
+//! NVRTC or any JIT. The loader's code is `export/loader.py`, verbatim; kart writes a
+//! header above it and the data below it.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use base64::Engine;
+use serde_json::json;
+
+use crate::error::{Error, Result};
+use crate::key::ArtifactKind;
+use crate::lockfile::{LockedArtifact, Lockfile};
+use crate::manifest::{Config, ParamValue, Project};
+use crate::store::Store;
+use crate::target::TargetArch;
+
+/// The loader, written into every exported module.
+const LOADER: &str = include_str!("export/loader.py");
+
+/// `KERNEL` or `KERNEL:NAME=VALUE,NAME=VALUE`: a kernel and, optionally, a partial
+/// config (every config of the lock matching it).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Selector {
+    /// The kernel.
+    pub kernel: String,
+    /// Params the configs must have.
+    pub params: BTreeMap<String, ParamValue>,
+}
+
+impl std::str::FromStr for Selector {
+    type Err = String;
+    fn from_str(s: &str) -> std::result::Result<Selector, String> {
+        let (kernel, rest) = s.split_once(':').unwrap_or((s, ""));
+        if !crate::manifest::is_c_identifier(kernel) {
+            return Err(format!(
+                "`{s}`: write KERNEL or KERNEL:NAME=VALUE,NAME=VALUE"
+            ));
+        }
+        let mut params = BTreeMap::new();
+        for pair in rest.split(',').filter(|p| !p.is_empty()) {
+            let (name, value) = crate::build::parse_param(pair)?;
+            params.insert(name, value);
+        }
+        Ok(Selector {
+            kernel: kernel.to_string(),
+            params,
+        })
+    }
+}
+
+/// What to export.
+#[derive(Clone, Debug, Default)]
+pub struct ExportOptions {
+    /// Kernels and configs (default: every kernel of the lock).
+    pub selectors: Vec<Selector>,
+    /// Only cubins for these targets (default: every target of the lock).
+    pub targets: Vec<TargetArch>,
+    /// Every config of each selected kernel, not only the named or default ones.
+    pub all_configs: bool,
+}
+
+/// The cubins of the lock to export: for each selected kernel, the named configs,
+/// else every config with `all_configs`, else the kernel's `default` (or its only
+/// config); every cubin target unless `targets` narrows them.
+pub fn select<'a>(
+    project: &Project,
+    lock: &'a Lockfile,
+    options: &ExportOptions,
+) -> Result<Vec<&'a LockedArtifact>> {
+    let mut selectors = options.selectors.clone();
+    if selectors.is_empty() {
+        let mut names: Vec<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
+        names.dedup();
+        selectors = names
+            .into_iter()
+            .map(|k| Selector {
+                kernel: k.to_string(),
+                params: BTreeMap::new(),
+            })
+            .collect();
+    }
+    let mut chosen: Vec<&LockedArtifact> = Vec::new();
+    for selector in &selectors {
+        let of_kernel: Vec<&LockedArtifact> = lock
+            .artifacts
+            .iter()
+            .filter(|a| a.kernel == selector.kernel && a.kind == ArtifactKind::Cubin)
+            .collect();
+        if of_kernel.is_empty() {
+            return Err(Error::usage(
+                format!("kart.lock has no cubin of kernel `{}`", selector.kernel),
+                Some(format!("run `kart build {}` first", selector.kernel)),
+            ));
+        }
+        let mut configs: Vec<&Config> = of_kernel.iter().map(|a| &a.config).collect();
+        configs.sort();
+        configs.dedup();
+        let wanted: Vec<&Config> = if !selector.params.is_empty() {
+            configs
+                .into_iter()
+                .filter(|c| c.matches(&selector.params))
+                .collect()
+        } else if options.all_configs || configs.len() == 1 {
+            configs
+        } else {
+            let default = project
+                .kernels
+                .iter()
+                .find(|k| k.name == selector.kernel)
+                .and_then(|k| k.default.as_ref());
+            match default {
+                Some(d) => configs.into_iter().filter(|c| *c == d).collect(),
+                None => {
+                    return Err(Error::usage(
+                        format!(
+                            "`{}` has {} configs and no `default` in its kernel.toml: which ones?",
+                            selector.kernel,
+                            configs.len()
+                        ),
+                        Some(format!(
+                            "name them (`{}:NAME=VALUE,…`), pass --all-configs, or declare `default = {{ … }}`",
+                            selector.kernel
+                        )),
+                    ));
+                }
+            }
+        };
+        if wanted.is_empty() {
+            return Err(Error::usage(
+                format!(
+                    "no config of `{}` in kart.lock matches {}",
+                    selector.kernel,
+                    Config(selector.params.clone())
+                ),
+                Some("`kart ls` lists the configs".into()),
+            ));
+        }
+        let before = chosen.len();
+        chosen.extend(of_kernel.into_iter().filter(|a| {
+            wanted.contains(&&a.config)
+                && (options.targets.is_empty()
+                    || options.targets.iter().any(|t| t.to_string() == a.target))
+        }));
+        if chosen.len() == before {
+            return Err(Error::usage(
+                format!(
+                    "kart.lock has no cubin of `{}` for {}",
+                    selector.kernel,
+                    options
+                        .targets
+                        .iter()
+                        .map(|t| t.to_string())
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+                Some(format!(
+                    "add the target to the kernel and run `kart build {}`",
+                    selector.kernel
+                )),
+            ));
+        }
+    }
+    chosen.sort_by(|a, b| a.id().cmp(&b.id()));
+    chosen.dedup_by(|a, b| a.id() == b.id());
+    Ok(chosen)
+}
+
+/// The Python module's text: header, loader, and the selected cubins (read from the
+/// store, verified, zlib-compressed, base64).
+pub fn python_module(
+    store: &Store,
+    artifacts: &[&LockedArtifact],
+    lock_sha256: &str,
+    command: &str,
+) -> Result<String> {
+    let mut kernels: Vec<&str> = artifacts.iter().map(|a| a.kernel.as_str()).collect();
+    kernels.dedup();
+    let mut out = format!(
+        r#""""CUDA kernels exported by kart {version}: {kernels}.
+
+Generated from kart.lock (sha256 {lock_sha256}) by
+    {command}
+Do not edit; export again instead.
+
+    import <this module> as kernels
+    axpb = kernels.load("smoke")                   # a config's launcher: load(name, PARAM=value, ...)
+    axpb(grid, block, x, y, 1.5, -0.25, n)         # torch tensors / CUDA arrays, ints, floats
+    kernels.preload()                              # load everything now (before graph capture)
+
+It needs only the CUDA driver (libcuda, through ctypes): no kart, no nvcc, no NVRTC, no
+JIT. Nothing touches the GPU at import; each cubin is checked against its sha256 before
+the driver sees it, then loaded once per CUDA context.
+"""
+"#,
+        version = env!("CARGO_PKG_VERSION"),
+        kernels = kernels.join(", "),
+    );
+    out.push_str(LOADER);
+    out.push_str(&format!(
+        "\nKART_VERSION = \"{}\"\nLOCK_SHA256 = \"{lock_sha256}\"\n\n_ARTIFACTS = [\n",
+        env!("CARGO_PKG_VERSION")
+    ));
+    let mut blobs: BTreeMap<&str, String> = BTreeMap::new();
+    for a in artifacts {
+        // A list, in the kernel's declared order: the first entry is `load()`'s default.
+        let mut entries = Vec::new();
+        for e in &a.entries {
+            let mut info = serde_json::Map::new();
+            info.insert("name".into(), json!(e.name));
+            info.insert("params".into(), json!(e.params));
+            if let Some(sig) = &e.signature {
+                info.insert(
+                    "signature".into(),
+                    json!(sig.iter().map(|k| k.name()).collect::<Vec<_>>()),
+                );
+            }
+            entries.push(serde_json::Value::Object(info));
+        }
+        let config: serde_json::Map<String, serde_json::Value> = a
+            .config
+            .0
+            .iter()
+            .map(|(k, v)| {
+                let value = match v {
+                    ParamValue::Int(i) => json!(i),
+                    ParamValue::Ident(s) => json!(s),
+                };
+                (k.clone(), value)
+            })
+            .collect();
+        // JSON of strings, numbers, lists and objects is also a Python literal.
+        let record = json!({
+            "kernel": a.kernel,
+            "config": config,
+            "target": a.target,
+            "sha256": a.digest,
+            "size": a.size,
+            "nvcc": a.nvcc,
+            "entries": entries,
+        });
+        out.push_str(&format!("    {record},\n"));
+        if !blobs.contains_key(a.digest.as_str()) {
+            let bytes = store.read_blob(&a.digest, Some(a.size))?;
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+            let compressed = match z.write_all(&bytes) {
+                Ok(()) => z.finish(),
+                Err(e) => Err(e),
+            }
+            .map_err(|e| Error::usage(format!("cannot compress a cubin: {e}"), None))?;
+            blobs.insert(
+                &a.digest,
+                base64::engine::general_purpose::STANDARD.encode(compressed),
+            );
+        }
+    }
+    out.push_str("]\n\n# sha256 -> the cubin, zlib-compressed, base64.\n_BLOBS = {\n");
+    for (digest, text) in blobs {
+        out.push_str(&format!("    \"{digest}\": (\n"));
+        for chunk in text.as_bytes().chunks(88) {
+            // base64 is ASCII, so any chunk is valid UTF-8.
+            out.push_str(&format!("        \"{}\"\n", String::from_utf8_lossy(chunk)));
+        }
+        out.push_str("    ),\n");
+    }
+    out.push_str("}\n");
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn selectors_parse() {
+        let s: Selector = "fa:BLOCK_M=128,NUM_WARPS=4".parse().unwrap();
+        assert_eq!(s.kernel, "fa");
+        assert_eq!(s.params.len(), 2);
+        assert_eq!("smoke".parse::<Selector>().unwrap().params.len(), 0);
+        assert!("fa:BLOCK_M".parse::<Selector>().is_err());
+        assert!("../x".parse::<Selector>().is_err());
+    }
+}

@@ -1,0 +1,433 @@
+
+from __future__ import annotations
+
+import base64
+import ctypes
+import hashlib
+import struct
+import sys
+import threading
+import zlib
+
+__all__ = ["KartError", "Launcher", "NoCubinForThisGPU", "kernels", "load", "preload"]
+
+
+class KartError(RuntimeError):
+    """A kernel cannot be loaded or launched here; the message says why and what to do."""
+
+
+class NoCubinForThisGPU(KartError):
+    """None of the exported cubins of a kernel config runs on this GPU."""
+
+
+# --- Resolution: which exported cubin a GPU can run (the same rules as kart's runtime).
+
+
+def _parse_target(target):
+    """`sm_90a` -> (9, 0, "a"); `sm_100f` -> (10, 0, "f"); `sm_80` -> (8, 0, "")."""
+    digits = target[3:]
+    variant = digits[-1] if digits[-1] in "af" else ""
+    number = int(digits[:-1] if variant else digits)
+    return number // 10, number % 10, variant
+
+
+def _cubin_fit(target, device):
+    """How well a cubin for `target` fits a GPU of capability `device` (higher is
+    better), or None when it cannot run there: `a` only on its exact capability, `f`
+    and plain on the same major with an equal or lower minor, never across majors."""
+    major, minor, variant = _parse_target(target)
+    if major != device[0] or minor > device[1]:
+        return None
+    if variant == "a":
+        return (minor, 3) if minor == device[1] else None
+    return (minor, 2 if variant == "f" else 1)
+
+
+def _ptx_fit(target, device):
+    major, minor, variant = _parse_target(target)
+    if variant == "a":
+        ok = (major, minor) == tuple(device)
+    elif variant == "f":
+        ok = major == device[0] and minor <= device[1]
+    else:
+        ok = (major, minor) <= tuple(device)
+    return (major * 10 + minor, 0) if ok else None
+
+
+def _resolve(device, available, allow_ptx=False):
+    """The best of `available` (targets, `sm_80:ptx` for PTX) for `device` (major,
+    minor): a cubin if any fits, PTX only when allowed (this module holds cubins only)."""
+    cubins = [(_cubin_fit(t, device), t) for t in available if not t.endswith(":ptx")]
+    cubins = [(fit, t) for fit, t in cubins if fit is not None]
+    if cubins:
+        return max(cubins)[1]
+    if allow_ptx:
+        ptx = [(_ptx_fit(t[:-4], device), t) for t in available if t.endswith(":ptx")]
+        ptx = [(fit, t) for fit, t in ptx if fit is not None]
+        if ptx:
+            return max(ptx)[1]
+    return None
+
+
+# --- The CUDA driver, through ctypes (nothing is loaded until the first kernel is).
+
+_lock = threading.RLock()
+_driver = None
+_modules = {}  # (context, sha256) -> CUmodule
+_functions = {}  # (context, sha256, entry) -> CUfunction
+_shared_allowed = {}  # (context, sha256, entry) -> bytes of dynamic shared memory allowed
+
+_ATTR_CC_MAJOR, _ATTR_CC_MINOR = 75, 76
+_FUNC_ATTR_MAX_DYNAMIC_SHARED = 8
+_DEFAULT_SHARED_LIMIT = 48 * 1024
+
+
+def _cuda():
+    global _driver
+    with _lock:
+        if _driver is None:
+            names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so"]
+            for name in names:
+                try:
+                    lib = ctypes.CDLL(name)
+                    break
+                except OSError:
+                    continue
+            else:
+                raise KartError(
+                    "no CUDA driver: libcuda could not be loaded; "
+                    "run on a machine with an NVIDIA GPU and its driver"
+                )
+            _declare(lib)
+            _check(lib, lib.cuInit(0), "cuInit")
+            _driver = lib
+        return _driver
+
+
+def _declare(lib):
+    p, u, i = ctypes.c_void_p, ctypes.c_uint, ctypes.c_int
+    pp = ctypes.POINTER(ctypes.c_void_p)
+    signatures = {
+        "cuInit": [u],
+        "cuDriverGetVersion": [ctypes.POINTER(i)],
+        "cuGetErrorName": [i, ctypes.POINTER(ctypes.c_char_p)],
+        "cuCtxGetCurrent": [pp],
+        "cuCtxSetCurrent": [p],
+        "cuCtxGetDevice": [ctypes.POINTER(i)],
+        "cuDeviceGet": [ctypes.POINTER(i), i],
+        "cuDeviceGetAttribute": [ctypes.POINTER(i), i, i],
+        "cuDevicePrimaryCtxRetain": [pp, i],
+        "cuModuleLoadData": [pp, ctypes.c_char_p],
+        "cuModuleGetFunction": [pp, p, ctypes.c_char_p],
+        "cuFuncSetAttribute": [p, i, i],
+        "cuLaunchKernel": [p, u, u, u, u, u, u, u, p, pp, pp],
+    }
+    for name, argtypes in signatures.items():
+        fn = getattr(lib, name)
+        fn.argtypes, fn.restype = argtypes, i
+    if hasattr(lib, "cuFuncLoad"):  # CUDA 12.4+
+        lib.cuFuncLoad.argtypes, lib.cuFuncLoad.restype = [p], i
+
+
+def _check(lib, result, call):
+    if result != 0:
+        name = ctypes.c_char_p()
+        lib.cuGetErrorName(result, ctypes.byref(name))
+        text = name.value.decode() if name.value else "unknown"
+        raise KartError(f"{call} failed: CUDA error {result} ({text})")
+
+
+def _current_context(lib, device):
+    """The calling thread's current context (PyTorch's or CuPy's), else device
+    `device`'s primary context, made current."""
+    ctx = ctypes.c_void_p()
+    _check(lib, lib.cuCtxGetCurrent(ctypes.byref(ctx)), "cuCtxGetCurrent")
+    if not ctx.value:
+        dev = ctypes.c_int()
+        _check(lib, lib.cuDeviceGet(ctypes.byref(dev), device), f"cuDeviceGet({device})")
+        _check(lib, lib.cuDevicePrimaryCtxRetain(ctypes.byref(ctx), dev), "cuDevicePrimaryCtxRetain")
+        _check(lib, lib.cuCtxSetCurrent(ctx), "cuCtxSetCurrent")
+    ordinal = ctypes.c_int()
+    _check(lib, lib.cuCtxGetDevice(ctypes.byref(ordinal)), "cuCtxGetDevice")
+    return ctx.value, ordinal.value
+
+
+def _capability(lib, ordinal):
+    dev, major, minor = ctypes.c_int(), ctypes.c_int(), ctypes.c_int()
+    _check(lib, lib.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+    _check(lib, lib.cuDeviceGetAttribute(ctypes.byref(major), _ATTR_CC_MAJOR, dev), "cuDeviceGetAttribute")
+    _check(lib, lib.cuDeviceGetAttribute(ctypes.byref(minor), _ATTR_CC_MINOR, dev), "cuDeviceGetAttribute")
+    return major.value, minor.value
+
+
+def _check_driver_floor(lib, artifact):
+    """A cubin from nvcc 13.x needs a driver for CUDA 13 (r580+), 12.x one for CUDA 12
+    (r525+): say so before the driver is asked."""
+    version = ctypes.c_int()
+    _check(lib, lib.cuDriverGetVersion(ctypes.byref(version)), "cuDriverGetVersion")
+    major = int(artifact["nvcc"].split(".")[0])
+    if version.value < major * 1000:
+        branch = {12: "r525", 13: "r580"}.get(major, "a newer driver")
+        have = f"{version.value // 1000}.{version.value % 1000 // 10}"
+        raise KartError(
+            f"{_describe(artifact)} was built by nvcc {artifact['nvcc']}, which needs a driver "
+            f"for CUDA {major}.0 or newer ({branch}+); this driver supports CUDA {have}: "
+            "update the NVIDIA driver"
+        )
+
+
+def _cubin(artifact):
+    """The embedded cubin, decompressed and checked against its sha256 before any
+    driver sees it (the driver loads corrupted cubins without complaint)."""
+    data = zlib.decompress(base64.b64decode(_BLOBS[artifact["sha256"]]))
+    actual = hashlib.sha256(data).hexdigest()
+    if len(data) != artifact["size"] or actual != artifact["sha256"]:
+        raise KartError(
+            f"the embedded cubin of {_describe(artifact)} is corrupt: sha256 {actual}, "
+            f"expected {artifact['sha256']}; export the module again"
+        )
+    return data
+
+
+def _function(lib, ctx, artifact, entry):
+    key = (ctx, artifact["sha256"], entry)
+    with _lock:
+        if key in _functions:
+            return _functions[key]
+        module = _modules.get(key[:2])
+        if module is None:
+            _check_driver_floor(lib, artifact)
+            image = _cubin(artifact)
+            handle = ctypes.c_void_p()
+            _check(lib, lib.cuModuleLoadData(ctypes.byref(handle), image), "cuModuleLoadData")
+            module = _modules[key[:2]] = handle.value
+        function = ctypes.c_void_p()
+        _check(lib, lib.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()),
+               f"cuModuleGetFunction({entry})")
+        # With lazy loading a function loads at its first launch; load it now, so a
+        # broken image fails here and not inside a timed region or a graph capture.
+        if hasattr(lib, "cuFuncLoad"):
+            _check(lib, lib.cuFuncLoad(function), f"cuFuncLoad({entry})")
+        _functions[key] = function.value
+        return function.value
+
+
+# --- Arguments: packed by the entry's declared kinds, else by the cubin's sizes.
+
+_CTYPES = {
+    "ptr": ctypes.c_uint64, "i8": ctypes.c_int8, "u8": ctypes.c_uint8,
+    "i16": ctypes.c_int16, "u16": ctypes.c_uint16, "f16": ctypes.c_uint16,
+    "bf16": ctypes.c_uint16, "i32": ctypes.c_int32, "u32": ctypes.c_uint32,
+    "f32": ctypes.c_float, "i64": ctypes.c_int64, "u64": ctypes.c_uint64,
+    "f64": ctypes.c_double,
+}
+_INT_RANGES = {
+    "i8": (-(1 << 7), 1 << 7), "u8": (0, 1 << 8), "i16": (-(1 << 15), 1 << 15),
+    "u16": (0, 1 << 16), "i32": (-(1 << 31), 1 << 31), "u32": (0, 1 << 32),
+    "i64": (-(1 << 63), 1 << 63), "u64": (0, 1 << 64),
+}
+
+
+def _device_pointer(arg):
+    if hasattr(arg, "data_ptr"):  # torch.Tensor
+        return arg.data_ptr()
+    interface = getattr(arg, "__cuda_array_interface__", None)  # CuPy, Numba, ...
+    if interface is not None:
+        return interface["data"][0]
+    if isinstance(arg, int) and not isinstance(arg, bool):  # a raw CUdeviceptr
+        return arg
+    return None
+
+
+def _is_array(arg):
+    return hasattr(arg, "data_ptr") or hasattr(arg, "__cuda_array_interface__")
+
+
+def _kinds(info, args):
+    """The kind of each parameter: declared, else inferred from the cubin's sizes and
+    the Python values (an array for 8 bytes is a pointer; an int for 4 bytes is i32)."""
+    if info.get("signature"):
+        return info["signature"]
+    inferred = []
+    for size, arg in zip(info["params"], args):
+        if size == 8:
+            inferred.append("ptr" if _is_array(arg) else "f64" if isinstance(arg, float) else "i64")
+        elif size == 4:
+            inferred.append("f32" if isinstance(arg, float) else "i32")
+        elif size == 2:
+            inferred.append("f16" if isinstance(arg, float) else "i16")
+        else:
+            inferred.append("i8")
+    return inferred
+
+
+def _pack(name, info, args):
+    kinds = _kinds(info, args)
+    if len(args) != len(kinds) or (not info.get("signature") and len(args) != len(info["params"])):
+        raise TypeError(
+            f"{name} takes {len(kinds) if info.get('signature') else len(info['params'])} "
+            f"arguments ({', '.join(kinds) or 'none'}), got {len(args)}"
+        )
+    packed = []
+    for i, (kind, arg) in enumerate(zip(kinds, args)):
+        where = f"{name}: argument {i} ({kind})"
+        if kind == "ptr":
+            pointer = _device_pointer(arg)
+            if pointer is None:
+                raise TypeError(f"{where} must be a tensor, an array with "
+                                f"__cuda_array_interface__ or a device pointer, not {type(arg).__name__}")
+            packed.append(ctypes.c_uint64(pointer))
+        elif kind in ("f32", "f64", "f16", "bf16"):
+            if isinstance(arg, bool) or not isinstance(arg, (int, float)) and not hasattr(arg, "__float__"):
+                raise TypeError(f"{where} must be a number, not {type(arg).__name__}")
+            value = float(arg)
+            if kind == "f16":
+                packed.append(ctypes.c_uint16(struct.unpack("<H", struct.pack("<e", value))[0]))
+            elif kind == "bf16":
+                bits = struct.unpack("<I", struct.pack("<f", value))[0]
+                packed.append(ctypes.c_uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16))
+            else:
+                packed.append(_CTYPES[kind](value))
+        else:
+            if isinstance(arg, bool) or not hasattr(arg, "__index__"):
+                raise TypeError(f"{where} must be an integer, not {type(arg).__name__}")
+            value = arg.__index__()
+            low, high = _INT_RANGES[kind]
+            if not low <= value < high:
+                raise OverflowError(f"{where}: {value} does not fit")
+            packed.append(_CTYPES[kind](value))
+    return packed
+
+
+def _current_stream():
+    """PyTorch's current stream when torch is in use, else the default stream."""
+    torch = sys.modules.get("torch")
+    if torch is not None and torch.cuda.is_available():
+        return torch.cuda.current_stream().cuda_stream
+    return 0
+
+
+def _config_text(config):
+    return ",".join(f"{k}={v}" for k, v in config.items()) or "-"
+
+
+def _describe(artifact):
+    return f"{artifact['kernel']}[{_config_text(artifact['config'])}] {artifact['target']}"
+
+
+# --- The public API.
+
+
+class Launcher:
+    """One entry of one config of a kernel, ready to launch on any GPU that one of its
+    exported cubins fits. Nothing touches the GPU until the first call (or `load_now`)."""
+
+    def __init__(self, kernel, config, entry, artifacts):
+        self.kernel, self.config, self.entry = kernel, dict(config), entry
+        self._artifacts = artifacts  # target -> artifact
+        self._info = next(e for e in next(iter(artifacts.values()))["entries"] if e["name"] == entry)
+        self._name = f"{kernel}[{_config_text(config)}].{entry}"
+
+    def __repr__(self):
+        return f"<kart kernel {self._name}, targets {', '.join(sorted(self._artifacts))}>"
+
+    def _bind(self, device):
+        lib = _cuda()
+        ctx, ordinal = _current_context(lib, device)
+        capability = _capability(lib, ordinal)
+        target = _resolve(capability, list(self._artifacts))
+        if target is None:
+            want = f"sm_{capability[0]}{capability[1]}"
+            raise NoCubinForThisGPU(
+                f"no exported cubin of {self._name} runs on GPU {ordinal} (compute capability "
+                f"{capability[0]}.{capability[1]}, {want}); exported: {', '.join(sorted(self._artifacts))}. "
+                f"Build and export one: `kart build {self.kernel} --target {want}`, then "
+                f"`kart export --python --target {want} ...`"
+            )
+        artifact = self._artifacts[target]
+        return lib, ctx, artifact, _function(lib, ctx, artifact, self.entry)
+
+    def load_now(self, device=0):
+        """Load (verify, load, resolve) for the current context now."""
+        self._bind(device)
+        return self
+
+    def __call__(self, grid, block, *args, shared_mem=0, stream=None, device=0):
+        """Launch on `grid` x `block` (ints or tuples of up to 3) with `args` (tensors,
+        arrays, ints, floats), `shared_mem` bytes of dynamic shared memory, on `stream`
+        (a CUstream handle or an object with `.cuda_stream`/`.ptr`; default: PyTorch's
+        current stream, else the default stream)."""
+        packed = _pack(self._name, self._info, args)
+        grid, block = _dims(grid, "grid"), _dims(block, "block")
+        lib, ctx, artifact, function = self._bind(device)
+        if shared_mem > _DEFAULT_SHARED_LIMIT:
+            key = (ctx, artifact["sha256"], self.entry)
+            if _shared_allowed.get(key, 0) < shared_mem:
+                _check(lib, lib.cuFuncSetAttribute(function, _FUNC_ATTR_MAX_DYNAMIC_SHARED, shared_mem),
+                       f"cuFuncSetAttribute(max dynamic shared memory = {shared_mem})")
+                _shared_allowed[key] = shared_mem
+        if stream is None:
+            stream = _current_stream()
+        stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
+        pointers = (ctypes.c_void_p * max(len(packed), 1))(
+            *[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in packed])
+        _check(lib, lib.cuLaunchKernel(function, *grid, *block, shared_mem, stream or None,
+                                       ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
+               f"cuLaunchKernel({self._name})")
+
+
+def _dims(value, what):
+    dims = (value,) if isinstance(value, int) else tuple(value)
+    if not 1 <= len(dims) <= 3 or any(not isinstance(d, int) or d < 1 for d in dims):
+        raise ValueError(f"{what} must be 1 to 3 positive ints, not {value!r}")
+    return dims + (1,) * (3 - len(dims))
+
+
+def kernels():
+    """{kernel: [config, ...]} of everything exported."""
+    out = {}
+    for a in _ARTIFACTS:
+        configs = out.setdefault(a["kernel"], [])
+        if a["config"] not in configs:
+            configs.append(a["config"])
+    return out
+
+
+def load(kernel, entry=None, **config):
+    """The launcher of `kernel`'s `entry` (default: its only or first entry) for the
+    exported config with these params (all of them)."""
+    matching = [a for a in _ARTIFACTS if a["kernel"] == kernel and a["config"] == config]
+    if not matching:
+        known = kernels()
+        if kernel not in known:
+            raise KartError(f"no kernel {kernel!r} was exported; exported: {', '.join(sorted(known))}")
+        shown = "; ".join(_config_text(c) for c in known[kernel])
+        raise KartError(
+            f"{kernel} has no exported config {_config_text(config)}; exported: {shown}. "
+            f"Export it: `kart export --python {kernel}:{_config_text(config)}`"
+        )
+    entries = [e["name"] for e in matching[0]["entries"]]
+    entry = entry or entries[0]
+    if entry not in entries:
+        raise KartError(f"{kernel} has no entry {entry!r}; entries: {', '.join(entries)}")
+    return Launcher(kernel, config, entry, {a["target"]: a for a in matching})
+
+
+def preload(device=0):
+    """Load every exported cubin that fits the current GPU now, so that nothing loads
+    later inside a CUDA-graph capture or a timed region. Returns how many
+    (config, entry) pairs were loaded; configs with no cubin for this GPU are skipped."""
+    loaded = 0
+    for kernel, configs in kernels().items():
+        for config in configs:
+            first = next(a for a in _ARTIFACTS if a["kernel"] == kernel and a["config"] == config)
+            for entry in first["entries"]:
+                try:
+                    load(kernel, entry=entry["name"], **config).load_now(device)
+                    loaded += 1
+                except NoCubinForThisGPU:
+                    pass
+    return loaded
+
+
+# --- Data: what was exported (written by kart).

@@ -41,6 +41,8 @@ pub enum Check {
     Loaded,
     /// Also launched on random data and compared with the CPU.
     Launched,
+    /// Checked by the kernel's own program against a reference on many shapes.
+    Correct,
 }
 
 /// One blob proven on one GPU, driver and kart.

@@ -16,6 +16,7 @@ use crate::lockfile::{LockedArtifact, Lockfile};
 use crate::manifest::{Config, ParamValue, Project};
 use crate::store::Store;
 use crate::target::TargetArch;
+use crate::tune::TuneFile;
 
 /// The loader, written into every exported module.
 const LOADER: &str = include_str!("export/loader.py");
@@ -63,11 +64,13 @@ pub struct ExportOptions {
 }
 
 /// The cubins of the lock to export: for each selected kernel, the named configs,
-/// else every config with `all_configs`, else the kernel's `default` (or its only
-/// config); every cubin target unless `targets` narrows them.
+/// else every config with `all_configs`, else the tuned winners of `kart.tune` and the
+/// kernel's `default` (or its only config); every cubin target unless `targets`
+/// narrows them.
 pub fn select<'a>(
     project: &Project,
     lock: &'a Lockfile,
+    tune: &TuneFile,
     options: &ExportOptions,
 ) -> Result<Vec<&'a LockedArtifact>> {
     let mut selectors = options.selectors.clone();
@@ -111,8 +114,28 @@ pub fn select<'a>(
                 .iter()
                 .find(|k| k.name == selector.kernel)
                 .and_then(|k| k.default.as_ref());
+            // The tuned winners (records whose artifact the lock still names) and the
+            // default.
+            let tuned: Vec<&Config> = tune
+                .records
+                .iter()
+                .filter(|r| {
+                    r.kernel == selector.kernel
+                        && lock
+                            .artifacts
+                            .iter()
+                            .any(|a| a.digest == r.digest && a.config == r.config)
+                })
+                .map(|r| &r.config)
+                .collect();
             match default {
-                Some(d) => configs.into_iter().filter(|c| *c == d).collect(),
+                Some(d) => configs
+                    .into_iter()
+                    .filter(|c| *c == d || tuned.contains(c))
+                    .collect(),
+                None if !tuned.is_empty() => {
+                    configs.into_iter().filter(|c| tuned.contains(c)).collect()
+                }
                 None => {
                     return Err(Error::usage(
                         format!(
@@ -172,6 +195,8 @@ pub fn select<'a>(
 /// store, verified, zlib-compressed, base64).
 pub fn python_module(
     store: &Store,
+    project: &Project,
+    tune: &TuneFile,
     artifacts: &[&LockedArtifact],
     lock_sha256: &str,
     command: &str,
@@ -219,18 +244,7 @@ the driver sees it, then loaded once per CUDA context.
             }
             entries.push(serde_json::Value::Object(info));
         }
-        let config: serde_json::Map<String, serde_json::Value> = a
-            .config
-            .0
-            .iter()
-            .map(|(k, v)| {
-                let value = match v {
-                    ParamValue::Int(i) => json!(i),
-                    ParamValue::Ident(s) => json!(s),
-                };
-                (k.clone(), value)
-            })
-            .collect();
+        let config = config_json(&a.config);
         // JSON of strings, numbers, lists and objects is also a Python literal.
         let record = json!({
             "kernel": a.kernel,
@@ -256,6 +270,38 @@ the driver sees it, then loaded once per CUDA context.
             );
         }
     }
+    out.push_str("]\n\n");
+    // For best(): each tuned kernel's exact and nearest keys and default, and the
+    // records whose winning cubin is exported.
+    out.push_str("# kernel -> how best() matches problems (kernel.toml [tune] and default).\n_TUNE_SPEC = {\n");
+    for name in &kernels {
+        let Some(kernel) = project.kernels.iter().find(|k| k.name == *name) else {
+            continue;
+        };
+        let spec = kernel.tune.clone().unwrap_or_default();
+        let record = json!({
+            "exact": spec.exact,
+            "nearest": spec.nearest,
+            "default": kernel.default.as_ref().map(config_json).unwrap_or_default(),
+        });
+        out.push_str(&format!("    \"{name}\": {record},\n"));
+    }
+    out.push_str("}\n\n# Tuning records (kart.tune) of the exported cubins.\n_TUNING = [\n");
+    for r in &tune.records {
+        if artifacts
+            .iter()
+            .any(|a| a.digest == r.digest && a.config == r.config)
+        {
+            let record = json!({
+                "kernel": r.kernel,
+                "gpu": r.gpu,
+                "problem": r.problem,
+                "config": config_json(&r.config),
+                "median_us": r.median_us,
+            });
+            out.push_str(&format!("    {record},\n"));
+        }
+    }
     out.push_str("]\n\n# sha256 -> the cubin, zlib-compressed, base64.\n_BLOBS = {\n");
     for (digest, text) in blobs {
         out.push_str(&format!("    \"{digest}\": (\n"));
@@ -267,6 +313,21 @@ the driver sees it, then loaded once per CUDA context.
     }
     out.push_str("}\n");
     Ok(out)
+}
+
+/// A config as a JSON object (which is also a Python dict literal).
+fn config_json(config: &Config) -> serde_json::Map<String, serde_json::Value> {
+    config
+        .0
+        .iter()
+        .map(|(k, v)| {
+            let value = match v {
+                ParamValue::Int(i) => json!(i),
+                ParamValue::Ident(s) => json!(s),
+            };
+            (k.clone(), value)
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -205,6 +205,7 @@ mod tests {
             exclude: vec![],
             signature: Default::default(),
             default: None,
+            tune: None,
         };
         (toolchain, kernel)
     }

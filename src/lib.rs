@@ -18,7 +18,8 @@
 //! - [`resolve`]: which artifact a device can run;
 //! - [`runtime`]: the hot path, loading verified cubins through the driver;
 //! - [`attest`]: `kart.attest`, which blobs were proven on which GPU;
-//! - [`export`]: a self-contained Python module of cubins and a loader.
+//! - [`export`]: a self-contained Python module of cubins and a loader;
+//! - [`tune`]: offline tuning, `kart.tune` and `best()`.
 #![deny(missing_docs)]
 
 pub mod attest;
@@ -44,5 +45,6 @@ pub mod store;
 pub mod target;
 pub mod toolchain;
 pub mod transfer;
+pub mod tune;
 
 pub use error::{Error, Result};

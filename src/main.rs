@@ -662,7 +662,9 @@ fn cmd_export(
         targets: targets.to_vec(),
         all_configs,
     };
-    let chosen = kart::export::select(&ws.project, &lock, &options)?;
+    let tune_path = ws.project.root.join(kart::tune::TUNE_FILE);
+    let tune = kart::tune::TuneFile::read(&tune_path, std::path::Path::new(kart::tune::TUNE_FILE))?;
+    let chosen = kart::export::select(&ws.project, &lock, &tune, &options)?;
     let lock_sha = kart::digest::sha256_file(&lock_file)?;
     let command: Vec<String> = std::env::args()
         .skip(1)
@@ -670,6 +672,8 @@ fn cmd_export(
         .collect();
     let text = kart::export::python_module(
         &ws.store,
+        &ws.project,
+        &tune,
         &chosen,
         &lock_sha,
         &format!("kart {}", command.join(" ")),

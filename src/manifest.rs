@@ -122,6 +122,18 @@ pub struct Kernel {
     /// The config to use when nothing better is known (`default = { … }`): exported by
     /// default, and `best()`'s answer on a GPU with no tuning record.
     pub default: Option<Config>,
+    /// How tuning problems map onto configs (`[tune]`), if the kernel is tuned.
+    pub tune: Option<TuneSpec>,
+}
+
+/// A kernel's `[tune]` table: the integer keys of a problem, which of them a config
+/// must match exactly (through a param) and which match the nearest recorded value.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TuneSpec {
+    /// Param → problem key it must equal (`HEAD_DIM = "D"`).
+    pub exact: BTreeMap<String, String>,
+    /// Problem keys matched to the nearest recorded value (`["B", "H", "S"]`).
+    pub nearest: Vec<String>,
 }
 
 impl Kernel {
@@ -515,7 +527,31 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         exclude,
         signature,
         default: None,
+        tune: None,
     };
+    if let Some(t) = &raw.tune {
+        let mut spec = TuneSpec::default();
+        for (param, key) in &t.exact {
+            if !kernel.params.contains_key(param.get_ref()) {
+                return Err(file.error(
+                    param.span(),
+                    format!(
+                        "`[tune] exact` names `{}`, which is not a param",
+                        param.get_ref()
+                    ),
+                    "map each exact param to the problem key it must equal: HEAD_DIM = \"D\"",
+                ));
+            }
+            file.check_name(key.get_ref(), key.span(), "problem key")?;
+            spec.exact
+                .insert(param.get_ref().clone(), key.get_ref().clone());
+        }
+        for key in &t.nearest {
+            file.check_name(key.get_ref(), key.span(), "problem key")?;
+            spec.nearest.push(key.get_ref().clone());
+        }
+        kernel.tune = Some(spec);
+    }
     let configs = kernel.configs();
     if configs.is_empty() {
         return Err(file.error(
@@ -804,6 +840,16 @@ struct RawKernel {
     #[serde(default)]
     signature: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<String>>>>,
     default: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawValue>>>>,
+    tune: Option<RawTune>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTune {
+    #[serde(default)]
+    exact: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    nearest: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -849,6 +895,7 @@ mod tests {
                 .collect(),
             signature: Default::default(),
             default: None,
+            tune: None,
         }
     }
 

@@ -48,6 +48,7 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         exclude: vec![],
         signature: [(SMOKE_ENTRY.to_string(), SMOKE_SIGNATURE.to_vec())].into(),
         default: None,
+        tune: None,
     }
 }
 

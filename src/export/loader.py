@@ -9,7 +9,7 @@ import sys
 import threading
 import zlib
 
-__all__ = ["KartError", "Launcher", "NoCubinForThisGPU", "kernels", "load", "preload"]
+__all__ = ["KartError", "Launcher", "NoCubinForThisGPU", "best", "kernels", "load", "preload"]
 
 
 class KartError(RuntimeError):
@@ -116,6 +116,7 @@ def _declare(lib):
         "cuCtxGetDevice": [ctypes.POINTER(i)],
         "cuDeviceGet": [ctypes.POINTER(i), i],
         "cuDeviceGetAttribute": [ctypes.POINTER(i), i, i],
+        "cuDeviceGetName": [ctypes.c_char_p, i, i],
         "cuDevicePrimaryCtxRetain": [pp, i],
         "cuModuleLoadData": [pp, ctypes.c_char_p],
         "cuModuleGetFunction": [pp, p, ctypes.c_char_p],
@@ -428,6 +429,49 @@ def preload(device=0):
                 except NoCubinForThisGPU:
                     pass
     return loaded
+
+
+def _gpu_name(device):
+    lib = _cuda()
+    _, ordinal = _current_context(lib, device)
+    dev, name = ctypes.c_int(), ctypes.create_string_buffer(256)
+    _check(lib, lib.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+    _check(lib, lib.cuDeviceGetName(name, 256, dev), "cuDeviceGetName")
+    return name.value.decode()
+
+
+def best(kernel, device=0, gpu=None, **problem):
+    """The launcher of the tuned config for `problem` (named ints, e.g. B=32, H=32,
+    S=512, D=64, causal=0) on this GPU, from the tuning records embedded at export: the
+    record for this problem, else the nearest one (same exact keys, e.g. D and causal;
+    nearest on the others in log scale), else the kernel's default with its exact params
+    set from the problem. Nothing is timed. `gpu` overrides the GPU name (tests)."""
+    import math
+
+    spec = _TUNE_SPEC.get(kernel)
+    if spec is None:
+        raise KartError(f"no kernel {kernel!r} was exported")
+    gpu = gpu or _gpu_name(device)
+    exact_keys = list(spec["exact"].values())
+    candidates = [
+        r for r in _TUNING
+        if r["kernel"] == kernel and r["gpu"] == gpu
+        and all(r["problem"].get(k) == problem.get(k) for k in exact_keys)
+    ]
+
+    def distance(record):
+        return sum(abs(math.log(max(record["problem"].get(k, 1), 1)) - math.log(max(problem.get(k, 1), 1)))
+                   for k in spec["nearest"])
+
+    if candidates:
+        return load(kernel, **min(candidates, key=distance)["config"])
+    config = dict(spec["default"])
+    if not config:
+        raise KartError(f"no tuning record of {kernel} fits this problem on {gpu}, and it has no default")
+    for param, key in spec["exact"].items():
+        if key in problem:
+            config[param] = problem[key]
+    return load(kernel, **config)
 
 
 # --- Data: what was exported (written by kart).

@@ -40,6 +40,8 @@ def main(module_path, cases_path, lock_path):
     exported = mod.kernels()
     check("lists the exported configs", exported == {"grid": [{"A": 1, "B": 16}, {"A": 2, "B": 16}]},
           exported)
+    chosen = mod.best("grid", gpu="NVIDIA H200", N=4096)
+    check("best() without records gives the default", chosen.config == {"A": 1, "B": 16}, chosen.config)
     launcher = mod.load("grid", A=1, B=16)
     check("a launcher is made without the GPU", mod._driver is None)
     try:

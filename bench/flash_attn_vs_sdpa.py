@@ -1,0 +1,90 @@
+"""FlashAttention forward: kart's tuned kernel against PyTorch SDPA with each backend
+forced (FLASH, cuDNN, EFFICIENT), in one process on one GPU.
+
+kart's kernel comes from a module written by `kart export --python` (the tuned
+winners of kart.tune); `best()` picks the config per problem. fp16, S = 512,
+D in {64, 128}, B x H in {32x32, 8x16, 1x8}, causal or not. Each run is timed alone
+between CUDA events after the L2 is flushed (a 256 MB buffer is zeroed); medians of
+--runs; TFLOP/s counted as 4*B*H*S^2*D (halved when causal). kart's output is checked
+against SDPA's math backend in float32 first. Prints figures; asserts nothing.
+
+    python3 bench/flash_attn_vs_sdpa.py --module flash_kernels.py [--runs 50]
+"""
+import argparse
+import importlib.util
+import statistics
+
+import torch
+import torch.nn.functional as F
+from torch.nn.attention import SDPBackend, sdpa_kernel
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--module", required=True)
+    ap.add_argument("--runs", type=int, default=50)
+    args = ap.parse_args()
+    spec = importlib.util.spec_from_file_location("flash_kernels", args.module)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
+
+    def timed(fn):
+        times = []
+        for i in range(args.runs + 5):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            if i >= 5:
+                times.append(start.elapsed_time(end) * 1e3)
+        return statistics.median(times)
+
+    header = (f"{'B':>3} {'H':>3} {'D':>4} {'causal':>6}  {'kart config':42} {'kart':>7} {'FLASH':>7}"
+              f" {'cuDNN':>7} {'EFF':>7}  {'k/FLASH':>7} {'k/cuDNN':>7}  {'rel err':>8}")
+    print("TFLOP/s (median of", args.runs, "runs, L2 flushed)")
+    print(header)
+    for b, h in [(32, 32), (8, 16), (1, 8)]:
+        for d in [64, 128]:
+            for causal in [0, 1]:
+                s = 512
+                q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+                o = torch.full_like(q, float("nan"))
+                launcher = mod.best("flash_attn", B=b, H=h, S=s, D=d, causal=causal)
+                cfg = launcher.config
+                grid = ((s + cfg["BLOCK_M"] - 1) // cfg["BLOCK_M"], b * h)
+                block = cfg["NUM_WARPS"] * 32
+                smem = (cfg["BLOCK_M"] + 4 * cfg["BLOCK_N"]) * d * 2
+
+                def run_kart(launcher=launcher, grid=grid, block=block, smem=smem, o=o, q=q, k=k, v=v):
+                    launcher(grid, block, q, k, v, o, s, shared_mem=smem)
+
+                run_kart()
+                torch.cuda.synchronize()
+                with sdpa_kernel(SDPBackend.MATH):
+                    ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
+                rel = float((o.float() - ref).norm() / ref.norm())
+                flops = 4 * b * h * s * s * d / (2 if causal else 1)
+                results = {"kart": timed(run_kart)}
+                for name, backend in [("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION),
+                                      ("EFF", SDPBackend.EFFICIENT_ATTENTION)]:
+                    try:
+                        with sdpa_kernel(backend):
+                            def run(q=q, k=k, v=v, causal=causal):
+                                F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                            run()
+                            results[name] = timed(run)
+                    except RuntimeError:
+                        results[name] = float("nan")
+                tf = {n: flops / (us * 1e-6) / 1e12 for n, us in results.items()}
+                config = ",".join(f"{k_}={v_}" for k_, v_ in cfg.items() if k_ in ("BLOCK_M", "BLOCK_N", "NUM_WARPS"))
+                print(f"{b:>3} {h:>3} {d:>4} {causal:>6}  {config:42} {tf['kart']:7.1f} {tf['FLASH']:7.1f}"
+                      f" {tf['cuDNN']:7.1f} {tf['EFF']:7.1f}  {tf['kart'] / tf['FLASH']:7.2f}"
+                      f" {tf['kart'] / tf['cuDNN']:7.2f}  {rel:8.1e}")
+
+
+if __name__ == "__main__":
+    main()

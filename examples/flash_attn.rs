@@ -1,0 +1,494 @@
+//! The FlashAttention kernel's own program (kernels/flash_attn), run on a GPU machine
+//! from the repository root after `kart build`:
+//!
+//!   flash_attn check   every config this GPU runs, on S in {1, 17, 128, 500, 512},
+//!                      D in {64, 128}, causal or not, against a float64 CPU reference
+//!                      on fresh random inputs (output poisoned with NaN first; every
+//!                      element must be written); passes go to kart.attest (`correct`)
+//!   flash_attn tune    the library's tuner over B x H in {32x32, 8x16, 1x8}, S = 512,
+//!                      D in {64, 128}, causal or not; winners go to kart.tune
+//!   flash_attn demo    attention through the kart runtime with best(): a small shape
+//!                      checked against the CPU, then time and TFLOP/s per problem
+//!
+//! Exit 1 if any check fails.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use half::f16;
+use kart::manifest::{Config, Kernel, ParamValue, Project};
+use kart::runtime::{Gpu, KernelArg, LaunchDims, LoadedArtifact, Runtime};
+use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const KERNEL: &str = "flash_attn";
+const ENTRY: &str = "kart_flash_attn_fwd";
+
+fn param(config: &Config, name: &str) -> u32 {
+    match config.0.get(name) {
+        Some(ParamValue::Int(v)) => *v as u32,
+        _ => 0,
+    }
+}
+
+fn dims(config: &Config, batch_heads: u32, seq: u32) -> LaunchDims {
+    let (bm, bn, d, warps) = (
+        param(config, "BLOCK_M"),
+        param(config, "BLOCK_N"),
+        param(config, "HEAD_DIM"),
+        param(config, "NUM_WARPS"),
+    );
+    LaunchDims {
+        grid: (seq.div_ceil(bm), batch_heads, 1),
+        block: (warps * 32, 1, 1),
+        shared_bytes: (bm + 4 * bn) * d * 2,
+    }
+}
+
+/// Random fp16 values in [-1, 1) (never zeros) from a xorshift stream.
+fn random_f16(n: usize, seed: &mut u64) -> Vec<f16> {
+    (0..n)
+        .map(|_| {
+            *seed ^= *seed << 13;
+            *seed ^= *seed >> 7;
+            *seed ^= *seed << 17;
+            f16::from_f32(((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0)
+        })
+        .collect()
+}
+
+/// Attention in float64 on the CPU, one (batch, head) after another.
+fn reference(
+    q: &[f16],
+    k: &[f16],
+    v: &[f16],
+    bh: usize,
+    s: usize,
+    d: usize,
+    causal: bool,
+) -> Vec<f64> {
+    let mut out = vec![0f64; bh * s * d];
+    let scale = 1.0 / (d as f64).sqrt();
+    let mut scores = vec![0f64; s];
+    for h in 0..bh {
+        let base = h * s * d;
+        for i in 0..s {
+            let keys = if causal { i + 1 } else { s };
+            let mut max = f64::NEG_INFINITY;
+            for (j, score) in scores.iter_mut().enumerate().take(keys) {
+                let mut dot = 0f64;
+                for t in 0..d {
+                    dot += q[base + i * d + t].to_f64() * k[base + j * d + t].to_f64();
+                }
+                *score = dot * scale;
+                max = max.max(*score);
+            }
+            let mut sum = 0f64;
+            for score in scores.iter_mut().take(keys) {
+                *score = (*score - max).exp();
+                sum += *score;
+            }
+            for j in 0..keys {
+                let p = scores[j] / sum;
+                for t in 0..d {
+                    out[base + i * d + t] += p * v[base + j * d + t].to_f64();
+                }
+            }
+        }
+    }
+    out
+}
+
+/// Device buffers of one problem.
+/// Device buffers of one problem (fp16 held as its bits).
+struct Buffers {
+    q: CudaSlice<u16>,
+    k: CudaSlice<u16>,
+    v: CudaSlice<u16>,
+    o: CudaSlice<u16>,
+}
+
+fn bits(x: &[f16]) -> Vec<u16> {
+    x.iter().map(|h| h.to_bits()).collect()
+}
+
+fn upload(stream: &Arc<CudaStream>, q: &[f16], k: &[f16], v: &[f16]) -> Res<Buffers> {
+    Ok(Buffers {
+        q: stream.clone_htod(&bits(q))?,
+        k: stream.clone_htod(&bits(k))?,
+        v: stream.clone_htod(&bits(v))?,
+        // Poisoned: an element the kernel never writes reads back as NaN.
+        o: stream.clone_htod(&vec![f16::NAN.to_bits(); q.len()])?,
+    })
+}
+
+fn launch(
+    loaded: &LoadedArtifact,
+    stream: &CudaStream,
+    b: &mut Buffers,
+    bh: u32,
+    seq: u32,
+) -> kart::Result<()> {
+    let config = loaded.artifact.config.clone();
+    let (q, _a) = b.q.device_ptr(stream);
+    let (k, _b) = b.k.device_ptr(stream);
+    let (v, _c) = b.v.device_ptr(stream);
+    let (o, _d) = b.o.device_ptr_mut(stream);
+    loaded.launch(
+        ENTRY,
+        dims(&config, bh, seq),
+        stream,
+        &[
+            KernelArg::Ptr(q),
+            KernelArg::Ptr(k),
+            KernelArg::Ptr(v),
+            KernelArg::Ptr(o),
+            KernelArg::I32(seq as i32),
+        ],
+    )
+}
+
+/// Runs `loaded` on fresh inputs of (bh, s, d) and compares with the CPU: the relative
+/// error ‖out − ref‖ / ‖ref‖, or why it failed (NaN, an element never written).
+fn check_once(
+    gpu: &Gpu,
+    loaded: &LoadedArtifact,
+    bh: usize,
+    s: usize,
+    d: usize,
+    causal: bool,
+    seed: &mut u64,
+) -> Res<Result<f64, String>> {
+    let n = bh * s * d;
+    let (q, k, v) = (
+        random_f16(n, seed),
+        random_f16(n, seed),
+        random_f16(n, seed),
+    );
+    let stream = gpu.stream();
+    let mut b = upload(&stream, &q, &k, &v)?;
+    launch(loaded, &stream, &mut b, bh as u32, s as u32)?;
+    let out: Vec<f16> = stream
+        .clone_dtoh(&b.o)?
+        .into_iter()
+        .map(f16::from_bits)
+        .collect();
+    let want = reference(&q, &k, &v, bh, s, d, causal);
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for (i, (got, want)) in out.iter().zip(&want).enumerate() {
+        let got = got.to_f64();
+        if !got.is_finite() {
+            return Ok(Err(format!("element {i} is {got} (never written, or NaN)")));
+        }
+        diff += (got - want) * (got - want);
+        norm += want * want;
+    }
+    let rel = (diff / norm.max(1e-30)).sqrt();
+    Ok(if rel < 2e-3 {
+        Ok(rel)
+    } else {
+        Err(format!("relative error {rel:.2e}"))
+    })
+}
+
+fn configs_for(rt: &Runtime, gpu: &Gpu, kernel: &Kernel, d: i64, causal: i64) -> Vec<Config> {
+    let problem: Problem = [("D".into(), d), ("causal".into(), causal)].into();
+    let mut configs: Vec<Config> = rt
+        .lock()
+        .artifacts
+        .iter()
+        .filter(|a| a.kernel == KERNEL && kart::tune::matches_exact(kernel, &a.config, &problem))
+        .filter(|a| {
+            kart::tune::artifact_for(rt.lock(), KERNEL, &a.config, gpu.capability).is_some()
+        })
+        .map(|a| a.config.clone())
+        .collect();
+    configs.sort();
+    configs.dedup();
+    configs
+}
+
+fn check(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut all_ok = true;
+    let mut passed = Vec::new();
+    println!("correctness against float64 on the CPU, batch x heads = 3, rel. error limit 2e-3");
+    for d in [64i64, 128] {
+        for causal in [0i64, 1] {
+            for config in configs_for(rt, gpu, kernel, d, causal) {
+                let loaded = gpu.kernel(rt, KERNEL, &config)?;
+                let mut worst = 0f64;
+                let mut failure = None;
+                for s in [1usize, 17, 128, 500, 512] {
+                    match check_once(gpu, &loaded, 3, s, d as usize, causal == 1, &mut seed) {
+                        Ok(Ok(rel)) => worst = worst.max(rel),
+                        Ok(Err(why)) => failure = Some(format!("S={s}: {why}")),
+                        Err(e) => failure = Some(format!("S={s}: {e}")),
+                    }
+                    if failure.is_some() {
+                        break;
+                    }
+                }
+                match failure {
+                    None => {
+                        println!("  ok    {config}  worst {worst:.2e}");
+                        passed.push(loaded.artifact.clone());
+                    }
+                    Some(why) => {
+                        all_ok = false;
+                        println!("  FAIL  {config}  {why}");
+                    }
+                }
+            }
+        }
+    }
+    let path = Path::new(kart::attest::ATTEST_FILE);
+    let mut file = kart::attest::AttestFile::read(path, path)?;
+    let records = passed
+        .iter()
+        .map(|a| kart::attest::record(a, gpu, kart::attest::Check::Correct))
+        .collect();
+    file.merge(records, rt.lock());
+    file.write(path)?;
+    println!(
+        "{} configs correct on {}; recorded in kart.attest",
+        passed.len(),
+        gpu.name
+    );
+    Ok(all_ok)
+}
+
+/// Inputs rotated over several sets per problem so timed runs do not hit L2.
+struct Bench<'a> {
+    gpu: &'a Gpu,
+    sets: Vec<Buffers>,
+    shape: (usize, usize, usize),
+    seed: u64,
+}
+
+impl Bench<'_> {
+    fn prepare(&mut self, problem: &Problem) -> Res<()> {
+        let get = |k: &str| problem.get(k).copied().unwrap_or(1) as usize;
+        let shape = (get("B") * get("H"), get("S"), get("D"));
+        if self.shape == shape && !self.sets.is_empty() {
+            return Ok(());
+        }
+        self.sets.clear();
+        let n = shape.0 * shape.1 * shape.2;
+        // Enough sets that together they are well over the L2 (50-60 MB on Hopper).
+        let sets = (256_000_000 / (n * 8)).clamp(2, 8);
+        let stream = self.gpu.stream();
+        for _ in 0..sets {
+            let (q, k, v) = (
+                random_f16(n, &mut self.seed),
+                random_f16(n, &mut self.seed),
+                random_f16(n, &mut self.seed),
+            );
+            self.sets.push(upload(&stream, &q, &k, &v)?);
+        }
+        self.shape = shape;
+        Ok(())
+    }
+}
+
+impl TuneBench for Bench<'_> {
+    fn check(
+        &mut self,
+        loaded: &LoadedArtifact,
+        _: &Config,
+        problem: &Problem,
+    ) -> kart::Result<Result<(), String>> {
+        // Checked on a small batch of the same S, D and causality (the CPU reference of
+        // the full problem would take minutes); never timed if wrong.
+        let s = problem.get("S").copied().unwrap_or(1) as usize;
+        let d = problem.get("D").copied().unwrap_or(64) as usize;
+        let causal = problem.get("causal") == Some(&1);
+        match check_once(self.gpu, loaded, 2, s, d, causal, &mut self.seed) {
+            Ok(r) => Ok(r.map(|_| ())),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+
+    fn launch(
+        &mut self,
+        loaded: &LoadedArtifact,
+        _: &Config,
+        problem: &Problem,
+        rotation: usize,
+    ) -> kart::Result<()> {
+        self.prepare(problem)
+            .map_err(|e| kart::Error::CheckFailed {
+                message: e.to_string(),
+                hint: None,
+            })?;
+        let (bh, s, _) = self.shape;
+        let n = self.sets.len();
+        let stream = self.gpu.stream();
+        launch(
+            loaded,
+            &stream,
+            &mut self.sets[rotation % n],
+            bh as u32,
+            s as u32,
+        )
+    }
+}
+
+fn problems() -> Vec<Problem> {
+    let mut out = Vec::new();
+    for (b, h) in [(32i64, 32i64), (8, 16), (1, 8)] {
+        for d in [64i64, 128] {
+            for causal in [0i64, 1] {
+                out.push(
+                    [
+                        ("B".into(), b),
+                        ("H".into(), h),
+                        ("S".into(), 512),
+                        ("D".into(), d),
+                        ("causal".into(), causal),
+                    ]
+                    .into_iter()
+                    .collect::<BTreeMap<String, i64>>(),
+                );
+            }
+        }
+    }
+    out
+}
+
+fn tflops(p: &Problem, us: f64) -> f64 {
+    let g = |k: &str| p.get(k).copied().unwrap_or(1) as f64;
+    let flops = 4.0 * g("B") * g("H") * g("S") * g("S") * g("D")
+        / if g("causal") == 1.0 { 2.0 } else { 1.0 };
+    flops / (us * 1e-6) / 1e12
+}
+
+fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
+    let mut bench = Bench {
+        gpu,
+        sets: Vec::new(),
+        shape: (0, 0, 0),
+        seed: 42,
+    };
+    let mut records = Vec::new();
+    for problem in problems() {
+        let (trials, record) = kart::tune::tune_problem(
+            rt,
+            gpu,
+            kernel,
+            &problem,
+            TuneSettings::default(),
+            &mut bench,
+        )?;
+        println!("problem {problem:?}:");
+        for t in &trials {
+            match &t.result {
+                Ok(us) => println!(
+                    "  {:>9.1} µs  {:>6.1} TFLOP/s  {}",
+                    us,
+                    tflops(&problem, *us),
+                    t.config
+                ),
+                Err(why) => println!("  {:>9}     {:>13}  {}  ({why})", "-", "-", t.config),
+            }
+        }
+        if let Some(r) = record {
+            println!(
+                "  best: {} ({:.1} µs, {:.1} TFLOP/s)",
+                r.config,
+                r.median_us,
+                tflops(&problem, r.median_us)
+            );
+            records.push(r);
+        }
+    }
+    let path = Path::new(kart::tune::TUNE_FILE);
+    let mut file = TuneFile::read(path, path)?;
+    file.merge(records);
+    file.write(path)?;
+    println!("kart.tune written");
+    Ok(())
+}
+
+fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
+    let path = Path::new(kart::tune::TUNE_FILE);
+    let tune = TuneFile::read(path, path)?;
+    let mut bench = Bench {
+        gpu,
+        sets: Vec::new(),
+        shape: (0, 0, 0),
+        seed: 7,
+    };
+    let mut ok = true;
+    for problem in problems() {
+        let t0 = std::time::Instant::now();
+        let (config, source) = kart::tune::best(
+            &tune,
+            rt.lock(),
+            kernel,
+            &gpu.name,
+            gpu.capability,
+            &problem,
+        )?;
+        let lookup = t0.elapsed();
+        let loaded = gpu.kernel(rt, KERNEL, &config)?;
+        let d = problem["D"] as usize;
+        let correct = check_once(
+            gpu,
+            &loaded,
+            2,
+            128,
+            d,
+            problem["causal"] == 1,
+            &mut bench.seed,
+        )?;
+        ok &= correct.is_ok();
+        let record = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
+            bench.launch(&loaded, &config, &problem, i)
+        })?;
+        println!(
+            "{problem:?}: best() {:.1} µs -> {config} ({source:?}); small-shape check {}; {:.1} µs, {:.1} TFLOP/s",
+            lookup.as_secs_f64() * 1e6,
+            match &correct {
+                Ok(rel) => format!("ok ({rel:.1e})"),
+                Err(why) => format!("FAILED ({why})"),
+            },
+            record,
+            tflops(&problem, record)
+        );
+    }
+    Ok(ok)
+}
+
+fn main() -> Res<()> {
+    let command = std::env::args().nth(1).unwrap_or_default();
+    let project = Project::discover(Path::new("."))?;
+    let kernel = project.kernel(KERNEL)?.clone();
+    let rt = Runtime::open(Path::new("."))?;
+    let gpu = Gpu::open(0)?;
+    println!(
+        "{} (compute capability {}), kart {}",
+        gpu.name,
+        gpu.capability,
+        env!("CARGO_PKG_VERSION")
+    );
+    let ok = match command.as_str() {
+        "check" => check(&rt, &gpu, &kernel)?,
+        "tune" => {
+            tune(&rt, &gpu, &kernel)?;
+            true
+        }
+        "demo" => demo(&rt, &gpu, &kernel)?,
+        _ => {
+            eprintln!("usage: flash_attn check | tune | demo (from the repository root)");
+            std::process::exit(2);
+        }
+    };
+    if !ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}

@@ -1,0 +1,561 @@
+//! Offline tuning and `best()`: time every config of the lock this GPU can run for a
+//! problem, through launches the kernel's own tuning program supplies, and record the
+//! winner in the committed `kart.tune`; at run time `best(kernel, problem)` answers
+//! from the records instantly (nothing is timed at run time).
+//!
+//! A problem is a map of named integers (`B`, `H`, `S`, `D`, `causal`). The kernel's
+//! `[tune]` table says which keys a config must match exactly, through a param
+//! (`HEAD_DIM = "D"`), and which match the nearest recorded value. Records are keyed by
+//! kernel, problem and GPU name, and carry the winning artifact's digest: when the
+//! artifact changes the record is stale and ignored.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Error, Result};
+use crate::fsutil::write_atomic;
+use crate::key::ArtifactKind;
+use crate::lockfile::{LockedArtifact, Lockfile};
+use crate::manifest::{Config, Kernel, ParamValue, SourceFile, read_text};
+use crate::resolve::{Capability, JitPolicy, resolve};
+use crate::runtime::{Gpu, LoadedArtifact, Runtime};
+use crate::target::TargetArch;
+
+/// The sidecar's file name, beside `kart.lock`.
+pub const TUNE_FILE: &str = "kart.tune";
+
+/// Bump when a field is added, removed or changes meaning.
+pub const TUNE_VERSION: u32 = 1;
+
+const HEADER: &str = "# kart.tune: the fastest config per kernel, problem and GPU, measured offline.\n\
+# Written by the kernels' tuning programs; commit it beside kart.lock; do not edit.\n\n";
+
+/// A tuning problem: named integers.
+pub type Problem = BTreeMap<String, i64>;
+
+/// The winner of one (kernel, problem, GPU).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuneRecord {
+    /// The kernel.
+    pub kernel: String,
+    /// The GPU's name (`NVIDIA H200`).
+    pub gpu: String,
+    /// The problem.
+    pub problem: Problem,
+    /// The fastest correct config.
+    pub config: Config,
+    /// The target of the winning cubin on that GPU.
+    pub target: String,
+    /// Its digest: the record is stale once the lock names another.
+    pub digest: String,
+    /// Its median time, microseconds.
+    pub median_us: f64,
+    /// The runner-up's median, microseconds (how close the race was).
+    pub runner_up_us: Option<f64>,
+    /// Configs timed (correct ones).
+    pub timed: usize,
+}
+
+/// The whole file.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TuneFile {
+    /// [`TUNE_VERSION`].
+    pub version: u32,
+    /// Records sorted by kernel, GPU and problem.
+    #[serde(default, rename = "record")]
+    pub records: Vec<TuneRecord>,
+}
+
+impl TuneFile {
+    /// Reads `path` (a missing file has no records); `shown` names it in messages.
+    pub fn read(path: &Path, shown: &Path) -> Result<TuneFile> {
+        if !path.exists() {
+            return Ok(TuneFile {
+                version: TUNE_VERSION,
+                records: Vec::new(),
+            });
+        }
+        let text = read_text(path)?;
+        let file = SourceFile {
+            path: shown.to_path_buf(),
+            text: &text,
+        };
+        let parsed: TuneFile = file.parse()?;
+        if parsed.version != TUNE_VERSION {
+            return Err(file.error(
+                0..0,
+                format!(
+                    "tuning file version {} is not {TUNE_VERSION}",
+                    parsed.version
+                ),
+                "rerun the kernels' tuning programs with this kart",
+            ));
+        }
+        for r in &parsed.records {
+            if !crate::digest::is_sha256_hex(&r.digest) || !r.median_us.is_finite() {
+                let offset = text.find(&r.digest).unwrap_or(0);
+                return Err(file.error(
+                    offset..offset,
+                    format!("record of `{}`: bad digest or time", r.kernel),
+                    "rerun the tuning program, or delete the record",
+                ));
+            }
+        }
+        Ok(parsed)
+    }
+
+    /// Adds records, each replacing the one of the same kernel, GPU and problem.
+    pub fn merge(&mut self, new: Vec<TuneRecord>) {
+        for r in new {
+            self.records
+                .retain(|o| !(o.kernel == r.kernel && o.gpu == r.gpu && o.problem == r.problem));
+            self.records.push(r);
+        }
+        self.version = TUNE_VERSION;
+        self.records
+            .sort_by(|a, b| (&a.kernel, &a.gpu, &a.problem).cmp(&(&b.kernel, &b.gpu, &b.problem)));
+    }
+
+    /// The file's text.
+    pub fn to_text(&self) -> String {
+        // Plain structs of strings and numbers always serialize.
+        format!("{HEADER}{}", toml::to_string(self).unwrap_or_default())
+    }
+
+    /// Writes atomically, only if the content changed.
+    pub fn write(&self, path: &Path) -> Result<bool> {
+        let text = self.to_text();
+        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+            return Ok(false);
+        }
+        write_atomic(path, text.as_bytes())?;
+        Ok(true)
+    }
+}
+
+/// Whether `config` fits `problem` on the keys `kernel` declares exact.
+pub fn matches_exact(kernel: &Kernel, config: &Config, problem: &Problem) -> bool {
+    let Some(spec) = &kernel.tune else {
+        return true;
+    };
+    spec.exact.iter().all(|(param, key)| {
+        matches!((config.0.get(param), problem.get(key)), (Some(ParamValue::Int(v)), Some(p)) if v == p)
+    })
+}
+
+/// The artifact of `config` a GPU of `capability` would load.
+pub fn artifact_for<'a>(
+    lock: &'a Lockfile,
+    kernel: &str,
+    config: &Config,
+    capability: Capability,
+) -> Option<&'a LockedArtifact> {
+    let group: Vec<&LockedArtifact> = lock
+        .artifacts
+        .iter()
+        .filter(|a| a.kernel == kernel && &a.config == config)
+        .collect();
+    let available: Vec<(TargetArch, ArtifactKind)> = group
+        .iter()
+        .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
+        .collect();
+    let (target, kind) = resolve(capability, &available, JitPolicy::Forbid)?;
+    group
+        .into_iter()
+        .find(|a| a.kind == kind && a.target == target.to_string())
+}
+
+/// Where `best()`'s answer came from.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Source {
+    /// A record for exactly this problem.
+    Exact,
+    /// The record nearest on the non-exact keys.
+    Nearest(Problem),
+    /// No usable record: the kernel's `default`, with its exact params set from the
+    /// problem.
+    Default,
+}
+
+/// The config to run `problem` with on this GPU: the recorded winner for the problem,
+/// else the nearest recorded problem (same exact keys; distance over the other keys in
+/// log scale), else the kernel's declared default adjusted to the exact keys. Stale
+/// records (the lock now names another digest) are skipped.
+pub fn best(
+    tune: &TuneFile,
+    lock: &Lockfile,
+    kernel: &Kernel,
+    gpu_name: &str,
+    capability: Capability,
+    problem: &Problem,
+) -> Result<(Config, Source)> {
+    let exact_keys: Vec<&String> = kernel
+        .tune
+        .as_ref()
+        .map(|t| t.exact.values().collect())
+        .unwrap_or_default();
+    let usable = tune.records.iter().filter(|r| {
+        r.kernel == kernel.name
+            && r.gpu == gpu_name
+            && exact_keys
+                .iter()
+                .all(|k| r.problem.get(*k) == problem.get(*k))
+            && artifact_for(lock, &kernel.name, &r.config, capability)
+                .is_some_and(|a| a.digest == r.digest)
+    });
+    let distance = |p: &Problem| -> f64 {
+        let nearest = kernel
+            .tune
+            .as_ref()
+            .map(|t| t.nearest.as_slice())
+            .unwrap_or(&[]);
+        nearest
+            .iter()
+            .map(|k| {
+                let (a, b) = (
+                    p.get(k).copied().unwrap_or(1),
+                    problem.get(k).copied().unwrap_or(1),
+                );
+                ((a.max(1) as f64).ln() - (b.max(1) as f64).ln()).abs()
+            })
+            .sum()
+    };
+    if let Some(r) = usable
+        .map(|r| (distance(&r.problem), r))
+        .min_by(|a, b| a.0.total_cmp(&b.0))
+        .map(|(_, r)| r)
+    {
+        let source = if &r.problem == problem {
+            Source::Exact
+        } else {
+            Source::Nearest(r.problem.clone())
+        };
+        return Ok((r.config.clone(), source));
+    }
+    let Some(default) = &kernel.default else {
+        return Err(Error::NotLoadable {
+            message: format!(
+                "no tuning record of `{}` for this GPU ({gpu_name}) fits the problem, and the kernel declares no `default`",
+                kernel.name
+            ),
+            hint: Some(
+                "run the kernel's tuning program on this GPU, or add `default` to its kernel.toml"
+                    .into(),
+            ),
+        });
+    };
+    let mut config = default.clone();
+    if let Some(spec) = &kernel.tune {
+        for (param, key) in &spec.exact {
+            if let Some(v) = problem.get(key) {
+                config.0.insert(param.clone(), ParamValue::Int(*v));
+            }
+        }
+    }
+    if artifact_for(lock, &kernel.name, &config, capability).is_none() {
+        return Err(Error::NotLoadable {
+            message: format!(
+                "`{}`'s default config adjusted to the problem, {config}, has no artifact for this GPU in kart.lock",
+                kernel.name
+            ),
+            hint: Some(format!("run `kart build {}`", kernel.name)),
+        });
+    }
+    Ok((config, Source::Default))
+}
+
+/// What one config did in a tuning run.
+#[derive(Clone, Debug)]
+pub struct Trial {
+    /// The config.
+    pub config: Config,
+    /// Its median time in microseconds, or why it was not timed (wrong result, failed
+    /// launch).
+    pub result: std::result::Result<f64, String>,
+}
+
+/// The tuning program's part: running one config on one problem.
+pub trait TuneBench {
+    /// Runs once on fresh random inputs and compares with a reference: `Ok(Err(why))`
+    /// when the result is wrong (the config is then never timed).
+    fn check(
+        &mut self,
+        loaded: &LoadedArtifact,
+        config: &Config,
+        problem: &Problem,
+    ) -> Result<std::result::Result<(), String>>;
+    /// Enqueues one run on the GPU's stream, reading input set `rotation` (the program
+    /// keeps several, so that the timed runs do not find their inputs in L2).
+    fn launch(
+        &mut self,
+        loaded: &LoadedArtifact,
+        config: &Config,
+        problem: &Problem,
+        rotation: usize,
+    ) -> Result<()>;
+}
+
+/// Warm-up runs and timed runs per config.
+#[derive(Clone, Copy, Debug)]
+pub struct TuneSettings {
+    /// Untimed runs first.
+    pub warmup: usize,
+    /// Timed runs (each between two CUDA events); the median counts.
+    pub runs: usize,
+}
+
+impl Default for TuneSettings {
+    fn default() -> Self {
+        TuneSettings {
+            warmup: 5,
+            runs: 30,
+        }
+    }
+}
+
+fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
+    move |e| Error::Driver {
+        call,
+        message: e.to_string(),
+    }
+}
+
+/// The median time of `launch` in microseconds: `settings.warmup` untimed calls, then
+/// `settings.runs` calls each between two CUDA events on the GPU's stream. `launch`
+/// gets the run's index (to rotate inputs).
+pub fn median_time_us(
+    gpu: &Gpu,
+    settings: TuneSettings,
+    launch: &mut dyn FnMut(usize) -> Result<()>,
+) -> Result<f64> {
+    let stream = gpu.stream();
+    let ctx = gpu.context();
+    let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    for i in 0..settings.warmup {
+        launch(i)?;
+    }
+    let mut times = Vec::with_capacity(settings.runs.max(1));
+    for i in 0..settings.runs.max(1) {
+        let start = ctx.new_event(timing).map_err(driver("cuEventCreate"))?;
+        let end = ctx.new_event(timing).map_err(driver("cuEventCreate"))?;
+        start.record(&stream).map_err(driver("cuEventRecord"))?;
+        launch(settings.warmup + i)?;
+        end.record(&stream).map_err(driver("cuEventRecord"))?;
+        times.push(
+            start
+                .elapsed_ms(&end)
+                .map_err(driver("cuEventElapsedTime"))? as f64
+                * 1e3,
+        );
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
+}
+
+/// Times every config of `kernel` in the lock that fits `problem`'s exact keys and that
+/// this GPU can run: each is checked first (a wrong config never wins), then warmed up
+/// and timed with CUDA events, median of `settings.runs`. Returns every trial and the
+/// record of the fastest correct one.
+pub fn tune_problem(
+    rt: &Runtime,
+    gpu: &Gpu,
+    kernel: &Kernel,
+    problem: &Problem,
+    settings: TuneSettings,
+    bench: &mut dyn TuneBench,
+) -> Result<(Vec<Trial>, Option<TuneRecord>)> {
+    let mut configs: Vec<&Config> = rt
+        .lock()
+        .artifacts
+        .iter()
+        .filter(|a| a.kernel == kernel.name && matches_exact(kernel, &a.config, problem))
+        .map(|a| &a.config)
+        .collect();
+    configs.sort();
+    configs.dedup();
+    let mut trials = Vec::new();
+    let mut best: Option<(f64, &Config, LockedArtifact)> = None;
+    let mut runner_up: Option<f64> = None;
+    for config in configs {
+        let Some(artifact) = artifact_for(rt.lock(), &kernel.name, config, gpu.capability) else {
+            continue;
+        };
+        let loaded = gpu.kernel(rt, &kernel.name, config)?;
+        let result = (|| -> Result<std::result::Result<f64, String>> {
+            if let Err(why) = bench.check(&loaded, config, problem)? {
+                return Ok(Err(format!("wrong result: {why}")));
+            }
+            let us = median_time_us(gpu, settings, &mut |i| {
+                bench.launch(&loaded, config, problem, i)
+            })?;
+            Ok(Ok(us))
+        })();
+        let result = match result {
+            Ok(r) => r,
+            // A launch that fails (too much shared memory on this GPU, say) is reported,
+            // not fatal: other configs may run.
+            Err(e) => Err(e.with_causes()),
+        };
+        if let Ok(us) = result {
+            match &best {
+                Some((b, _, _)) if *b <= us => {
+                    runner_up = Some(runner_up.map_or(us, |r: f64| r.min(us)));
+                }
+                _ => {
+                    if let Some((b, _, _)) = &best {
+                        runner_up = Some(runner_up.map_or(*b, |r: f64| r.min(*b)));
+                    }
+                    best = Some((us, config, artifact.clone()));
+                }
+            }
+        }
+        trials.push(Trial {
+            config: config.clone(),
+            result,
+        });
+    }
+    let timed = trials.iter().filter(|t| t.result.is_ok()).count();
+    let record = best.map(|(us, config, artifact)| TuneRecord {
+        kernel: kernel.name.clone(),
+        gpu: gpu.name.clone(),
+        problem: problem.clone(),
+        config: config.clone(),
+        target: artifact.target.clone(),
+        digest: artifact.digest.clone(),
+        median_us: (us * 100.0).round() / 100.0,
+        runner_up_us: runner_up.map(|r| (r * 100.0).round() / 100.0),
+        timed,
+    });
+    Ok((trials, record))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::manifest::TuneSpec;
+
+    fn problem(b: i64, s: i64, d: i64) -> Problem {
+        [("B".into(), b), ("S".into(), s), ("D".into(), d)].into()
+    }
+
+    fn cfg(d: i64, bm: i64) -> Config {
+        Config(
+            [
+                ("HEAD_DIM".into(), ParamValue::Int(d)),
+                ("BM".into(), ParamValue::Int(bm)),
+            ]
+            .into(),
+        )
+    }
+
+    fn setup() -> (Kernel, Lockfile) {
+        let text = std::fs::read_to_string(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::lockfile::LOCK_FILE),
+        )
+        .unwrap();
+        let lock = Lockfile::parse(&text, Path::new("kart.lock")).unwrap();
+        let template = lock
+            .artifacts
+            .iter()
+            .find(|a| a.target == "sm_90")
+            .unwrap()
+            .clone();
+        let mut artifacts = Vec::new();
+        for (i, (d, bm)) in [(64, 64), (64, 128), (128, 64)].into_iter().enumerate() {
+            artifacts.push(LockedArtifact {
+                kernel: "fa".into(),
+                config: cfg(d, bm),
+                digest: format!("{i}").repeat(64),
+                ..template.clone()
+            });
+        }
+        let lock = Lockfile::new(artifacts);
+        let kernel = Kernel {
+            name: "fa".into(),
+            default: Some(cfg(64, 64)),
+            tune: Some(TuneSpec {
+                exact: [("HEAD_DIM".into(), "D".into())].into(),
+                nearest: vec!["B".into(), "S".into()],
+            }),
+            ..crate::smoke::smoke_kernel(vec![])
+        };
+        (kernel, lock)
+    }
+
+    fn record(p: Problem, c: Config, digest: char) -> TuneRecord {
+        TuneRecord {
+            kernel: "fa".into(),
+            gpu: "NVIDIA H200".into(),
+            problem: p,
+            config: c,
+            target: "sm_90".into(),
+            digest: digest.to_string().repeat(64),
+            median_us: 10.0,
+            runner_up_us: None,
+            timed: 3,
+        }
+    }
+
+    #[test]
+    fn best_takes_exact_then_nearest_then_default_and_skips_stale_records() {
+        let (kernel, lock) = setup();
+        let h200 = Capability { major: 9, minor: 0 };
+        let mut tune = TuneFile::default();
+        tune.merge(vec![
+            record(problem(32, 512, 64), cfg(64, 128), '1'),
+            record(problem(1, 512, 64), cfg(64, 64), '0'),
+        ]);
+        let ask = |p: Problem| best(&tune, &lock, &kernel, "NVIDIA H200", h200, &p).unwrap();
+        assert_eq!(ask(problem(32, 512, 64)), (cfg(64, 128), Source::Exact));
+        // B = 24 is nearer 32 than 1 (in log scale).
+        assert_eq!(
+            ask(problem(24, 512, 64)),
+            (cfg(64, 128), Source::Nearest(problem(32, 512, 64)))
+        );
+        assert_eq!(ask(problem(2, 512, 64)).0, cfg(64, 64));
+        // D = 128 has no record: the default with HEAD_DIM set from the problem.
+        assert_eq!(ask(problem(32, 512, 128)), (cfg(128, 64), Source::Default));
+        // Another GPU has no records.
+        let other = best(
+            &tune,
+            &lock,
+            &kernel,
+            "NVIDIA H100",
+            h200,
+            &problem(32, 512, 64),
+        );
+        assert_eq!(other.unwrap().1, Source::Default);
+        // A stale record (the lock names another digest now) is skipped.
+        let mut stale = TuneFile::default();
+        stale.merge(vec![record(problem(32, 512, 64), cfg(64, 128), '9')]);
+        let got = best(
+            &stale,
+            &lock,
+            &kernel,
+            "NVIDIA H200",
+            h200,
+            &problem(32, 512, 64),
+        );
+        assert_eq!(got.unwrap().1, Source::Default);
+    }
+
+    #[test]
+    fn the_file_round_trips_sorted() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(TUNE_FILE);
+        let mut tune = TuneFile::default();
+        tune.merge(vec![
+            record(problem(32, 512, 64), cfg(64, 128), '1'),
+            record(problem(1, 512, 64), cfg(64, 64), '0'),
+        ]);
+        tune.merge(vec![record(problem(1, 512, 64), cfg(64, 128), '1')]);
+        assert_eq!(tune.records.len(), 2);
+        assert!(tune.write(&path).unwrap());
+        assert!(!tune.write(&path).unwrap());
+        assert_eq!(TuneFile::read(&path, Path::new(TUNE_FILE)).unwrap(), tune);
+    }
+}

@@ -32,6 +32,10 @@ constexpr int CHUNKS = D / 8;               // 16-byte chunks per row
 static_assert(ROWS % 16 == 0 && MT >= 1 && MT <= 2, "BLOCK_M / NUM_WARPS must be 16 or 32");
 static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
 static_assert(D == 64 || D == 128, "HEAD_DIM is 64 or 128");
+// Q's fragments stay in registers unless that would not leave room for the scores and
+// the output (two m16 tiles of HEAD_DIM 128: 64 more registers per thread); then they
+// are read from shared memory at each k-step, as the K fragments are.
+constexpr bool Q_IN_REGS = MT == 1 || D == 64;
 
 // Byte offset of 16-byte chunk `chunk` of row `row` in a swizzled [rows][D] fp16 tile.
 __device__ __forceinline__ uint32_t swz(int row, int chunk) {
@@ -120,8 +124,8 @@ kart_flash_attn_fwd(const half* __restrict__ q, const half* __restrict__ k,
     load_tile<BLOCK_N>(sV, vh, 0, seq_len);
     cp_async_commit();
 
-    // Q fragments stay in registers for the whole key loop.
-    uint32_t qf[MT][KS][4];
+    // Q fragments (kept for the whole key loop when Q_IN_REGS).
+    uint32_t qf[Q_IN_REGS ? MT : 1][Q_IN_REGS ? KS : 1][4];
     float acc[MT][DT][4];
     float row_max[MT][2], row_sum[MT][2];
 #pragma unroll
@@ -148,7 +152,7 @@ kart_flash_attn_fwd(const half* __restrict__ q, const half* __restrict__ k,
         }
         __syncthreads();
 
-        if (t == 0) {
+        if (Q_IN_REGS && t == 0) {
 #pragma unroll
             for (int mt = 0; mt < MT; ++mt) {
                 const int r = warp * ROWS + mt * 16 + (lane & 7) + (j8 & 1) * 8;
@@ -169,6 +173,18 @@ kart_flash_attn_fwd(const half* __restrict__ q, const half* __restrict__ k,
             for (int nt = 0; nt < NT; ++nt) s[mt][nt][0] = s[mt][nt][1] = s[mt][nt][2] = s[mt][nt][3] = 0.f;
 #pragma unroll
         for (int ks = 0; ks < KS; ++ks) {
+            uint32_t qk[MT][4];
+#pragma unroll
+            for (int mt = 0; mt < MT; ++mt) {
+                if (Q_IN_REGS) {
+#pragma unroll
+                    for (int e = 0; e < 4; ++e) qk[mt][e] = qf[Q_IN_REGS ? mt : 0][Q_IN_REGS ? ks : 0][e];
+                } else {
+                    const int r = warp * ROWS + mt * 16 + (lane & 7) + (j8 & 1) * 8;
+                    ldmatrix_x4(sQ + swz(r, ks * 2 + (j8 >> 1)), qk[mt][0], qk[mt][1], qk[mt][2],
+                                qk[mt][3]);
+                }
+            }
 #pragma unroll
             for (int np = 0; np < NT / 2; ++np) {
                 uint32_t b0, b1, b2, b3;
@@ -176,8 +192,8 @@ kart_flash_attn_fwd(const half* __restrict__ q, const half* __restrict__ k,
                 ldmatrix_x4(kt + swz(r, ks * 2 + (j8 & 1)), b0, b1, b2, b3);
 #pragma unroll
                 for (int mt = 0; mt < MT; ++mt) {
-                    mma(s[mt][2 * np], qf[mt][ks], b0, b1);
-                    mma(s[mt][2 * np + 1], qf[mt][ks], b2, b3);
+                    mma(s[mt][2 * np], qk[mt], b0, b1);
+                    mma(s[mt][2 * np + 1], qk[mt], b2, b3);
                 }
             }
         }

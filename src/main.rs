@@ -169,6 +169,18 @@ enum Command {
         #[arg(long)]
         all_configs: bool,
     },
+    /// List the tuning records of kart.tune (stale ones marked), or run the kernels'
+    /// tuning programs on this GPU.
+    Tune {
+        /// Only these kernels.
+        kernels: Vec<String>,
+        /// Run each kernel's `[tune] program` (from the project root) instead.
+        #[arg(long)]
+        run: bool,
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
     /// Remove blobs and entries kart.lock no longer names.
     Gc {
         /// Only say what would be removed.
@@ -216,6 +228,12 @@ struct BuildArgs {
 }
 
 fn main() -> ExitCode {
+    // Die quietly on a closed pipe (`kart ls | head`), as Unix tools do, instead of
+    // panicking in println!.
+    // SAFETY: sets a signal disposition at start, before any thread exists.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+    }
     let cli = Cli::parse();
     match run(&cli) {
         Ok(code) => code,
@@ -336,6 +354,10 @@ fn run(cli: &Cli) -> Result<ExitCode> {
         } => {
             let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
             cmd_export(cli, &ws, selectors, output, targets, *all_configs)
+        }
+        Command::Tune { kernels, run, json } => {
+            let ws = Workspace::open(project, LockMode::Shared, lock_timeout)?;
+            cmd_tune(&ws, kernels, *run, *json)
         }
         Command::Gc { dry_run } => {
             let ws = Workspace::open(project, LockMode::Exclusive, lock_timeout)?;
@@ -685,6 +707,71 @@ fn cmd_export(
             output.display(),
             chosen.len(),
             text.len() as f64 / 1024.0
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn cmd_tune(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<ExitCode> {
+    for k in kernels {
+        ws.project.kernel(k)?;
+    }
+    let wanted = |name: &str| kernels.is_empty() || kernels.iter().any(|k| k == name);
+    if run {
+        let mut failed = false;
+        for kernel in ws.project.kernels.iter().filter(|k| wanted(&k.name)) {
+            let Some(program) = kernel
+                .tune
+                .as_ref()
+                .map(|t| &t.program)
+                .filter(|p| !p.is_empty())
+            else {
+                continue;
+            };
+            eprintln!("tune: {}: running {}", kernel.name, program.join(" "));
+            let status = std::process::Command::new(&program[0])
+                .args(&program[1..])
+                .current_dir(&ws.project.root)
+                .status()
+                .at("run the tuning program", std::path::Path::new(&program[0]))?;
+            failed |= !status.success();
+        }
+        return Ok(if failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    let path = ws.project.root.join(kart::tune::TUNE_FILE);
+    let tune = kart::tune::TuneFile::read(&path, std::path::Path::new(kart::tune::TUNE_FILE))?;
+    let lock = ws.lock()?;
+    let records: Vec<&kart::tune::TuneRecord> =
+        tune.records.iter().filter(|r| wanted(&r.kernel)).collect();
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&records).unwrap_or_default()
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:12} {:16} {:44} {:>10}  {:52} STALE",
+        "KERNEL", "GPU", "PROBLEM", "MEDIAN µs", "CONFIG"
+    );
+    for r in records {
+        let stale = !lock
+            .artifacts
+            .iter()
+            .any(|a| a.digest == r.digest && a.config == r.config && a.kernel == r.kernel);
+        let problem: Vec<String> = r.problem.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "{:12} {:16} {:44} {:>10.1}  {:52} {}",
+            r.kernel,
+            r.gpu.strip_prefix("NVIDIA ").unwrap_or(&r.gpu),
+            problem.join(","),
+            r.median_us,
+            r.config.to_string(),
+            if stale { "yes" } else { "-" }
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -134,6 +134,9 @@ pub struct TuneSpec {
     pub exact: BTreeMap<String, String>,
     /// Problem keys matched to the nearest recorded value (`["B", "H", "S"]`).
     pub nearest: Vec<String>,
+    /// The kernel's tuning program and its arguments, run from the project root by
+    /// `kart tune --run` (`["target/release/examples/flash_attn", "tune"]`).
+    pub program: Vec<String>,
 }
 
 impl Kernel {
@@ -550,6 +553,7 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
             file.check_name(key.get_ref(), key.span(), "problem key")?;
             spec.nearest.push(key.get_ref().clone());
         }
+        spec.program = t.program.clone();
         kernel.tune = Some(spec);
     }
     let configs = kernel.configs();
@@ -850,6 +854,8 @@ struct RawTune {
     exact: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     nearest: Vec<Spanned<String>>,
+    #[serde(default)]
+    program: Vec<String>,
 }
 
 #[derive(Deserialize)]

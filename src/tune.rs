@@ -480,6 +480,7 @@ mod tests {
             tune: Some(TuneSpec {
                 exact: [("HEAD_DIM".into(), "D".into())].into(),
                 nearest: vec!["B".into(), "S".into()],
+                program: vec![],
             }),
             ..crate::smoke::smoke_kernel(vec![])
         };

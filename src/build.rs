@@ -495,8 +495,10 @@ fn compile_one(
         kind: p.kind,
         timeout,
     };
+    crate::failpoint::hit("build.compile", &p.key);
     let out = compile(&job, scratch.path())?;
     let digest = ws.store.put_blob(&out.bytes).map_err(store_failure)?;
+    crate::failpoint::hit("build.after-blob", &p.key);
     let entry = ActionEntry {
         format: ENTRY_FORMAT,
         key: p.key.clone(),
@@ -559,6 +561,7 @@ fn write_lock(
         }
     }
     let lock = Lockfile::new(artifacts);
+    crate::failpoint::hit("lock.write", "");
     let changed = lock.write(&lock_path(&ws.project.root))?;
     if lock.artifacts.len() < planned.len() {
         reporter.note(&format!(

@@ -18,18 +18,18 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
         .prefix(TEMP_PREFIX)
         .tempfile_in(dir)
         .at("create a temp file in", dir)?;
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     tmp.write_all(bytes).at("write", tmp.path())?;
+    crate::failpoint::hit("write-atomic.after-write", &name);
     tmp.as_file().sync_all().at("sync", tmp.path())?;
-    crate::failpoint::hit(
-        "write-atomic.before-rename",
-        &path
-            .file_name()
-            .map(|n| n.to_string_lossy())
-            .unwrap_or_default(),
-    );
+    crate::failpoint::hit("write-atomic.before-rename", &name);
     tmp.persist(path)
         .map_err(|e| e.error)
         .at("rename a temp file to", path)?;
+    crate::failpoint::hit("write-atomic.after-rename", &name);
     sync_dir(dir);
     Ok(())
 }

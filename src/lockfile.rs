@@ -140,6 +140,12 @@ impl Lockfile {
             if let Err(e) = a.target.parse::<TargetArch>() {
                 return Err(bad(i, e.0));
             }
+            if a.size > crate::store::MAX_BLOB_BYTES {
+                return Err(bad(
+                    i,
+                    format!("{}: size {} is more than kart reads", a.describe(), a.size),
+                ));
+            }
             if a.entries.is_empty() {
                 return Err(bad(i, format!("{}: no entries", a.describe())));
             }

@@ -143,6 +143,7 @@ pub fn gc(ws: &Workspace, dry_run: bool) -> Result<GcReport> {
             report.bytes += if dry_run {
                 std::fs::metadata(ws.store.blob_path(&digest)).map_or(0, |m| m.len())
             } else {
+                crate::failpoint::hit("gc.remove", &digest);
                 ws.store.remove_blob(&digest)?
             };
             report.blobs.push(digest);

@@ -56,8 +56,9 @@ const ZSTD_LEVEL: i32 = 12;
 /// fetch CPU-bound; level 3 keeps up with the network for about 10% more disk.
 const ZSTD_LEVEL_FETCHED: i32 = 3;
 
-/// Upper bound for a blob whose expected size is unknown; a zstd bomb stops here.
-const MAX_BLOB_BYTES: u64 = 1 << 30;
+/// Upper bound for any blob (and for one whose expected size is unknown): a zstd bomb
+/// or a lock naming an absurd size stops here.
+pub const MAX_BLOB_BYTES: u64 = 1 << 30;
 
 /// Blobs up to this size are stored uncompressed. Decompressing a 4 KiB cubin costs
 /// about 5 µs whatever the level (table setup), as much as hashing it twice and a
@@ -512,6 +513,11 @@ fn decompress_bounded(
     expected_size: Option<u64>,
 ) -> std::result::Result<Vec<u8>, String> {
     let capacity = match expected_size {
+        Some(n) if n > MAX_BLOB_BYTES => {
+            return Err(format!(
+                "expected to be {n} bytes, more than kart reads ({MAX_BLOB_BYTES})"
+            ));
+        }
         Some(n) => n,
         None => match zstd::zstd_safe::get_frame_content_size(frame) {
             Ok(Some(n)) if n <= MAX_BLOB_BYTES => n,

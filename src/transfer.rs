@@ -145,10 +145,14 @@ pub fn fetch(
         if stop.load(Ordering::Relaxed) {
             return Outcome::Skipped;
         }
+        crate::failpoint::hit("fetch.download", digest);
         let result = remote
             .get_blob(digest, Some(size))
             .and_then(|got| match got {
-                Some(blob) => ws.store.put_verified_blob(digest, &blob).map(|()| true),
+                Some(blob) => {
+                    crate::failpoint::hit("fetch.store", digest);
+                    ws.store.put_verified_blob(digest, &blob).map(|()| true)
+                }
                 None => Ok(false),
             });
         match result {

@@ -2,6 +2,7 @@
 //! fixture kernels (installed by `scripts/setup`). No GPU needed.
 
 mod harness;
+mod campaigns;
 mod malformed;
 mod nginx;
 mod remote;

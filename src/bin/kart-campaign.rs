@@ -230,7 +230,7 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
     let phases_file = root.path().join("phases.log");
 
     let mut histogram: std::collections::BTreeMap<String, usize> = Default::default();
-    let (mut survived, mut total) = (0, 0);
+    let (mut survived, mut total, mut finished_first, mut rounds) = (0, 0, 0, 0);
     let mut failures = Vec::new();
     // Failpoints first, each once, then random kills.
     // Writes are numbered (`@N`) so the aborts land on blob, entry and lock writes,
@@ -264,7 +264,12 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
         &["fetch"],
         &["gc"],
     ];
-    for round in 0..failpoints.len() + kills {
+    // Until `kills` random kills have landed (rounds whose command finished before its
+    // kill are checked too, but not counted as kills).
+    let mut random_kills = 0;
+    while random_kills < kills && rounds < failpoints.len() + 10 * kills {
+        let round = rounds;
+        rounds += 1;
         let (args, failpoint): (Vec<&str>, Option<&str>) = match failpoints.get(round) {
             Some((fp, args)) => (args.clone(), Some(fp.as_str())),
             None => (commands[env.below(3) as usize].to_vec(), None),
@@ -298,8 +303,9 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
                 !status.success()
             }
             None => {
-                // Builds run for seconds (nvcc), fetch and gc for milliseconds.
-                let window_ms = if args[0] == "build" { 4000 } else { 60 };
+                // Builds run for seconds (nvcc), fetch and gc for a few milliseconds
+                // after a start of about as long.
+                let window_ms = if args[0] == "build" { 2500 } else { 14 };
                 let at = Duration::from_millis(env.below(window_ms));
                 let start = Instant::now();
                 let mut exited = false;
@@ -330,8 +336,15 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
                 .map_or("startup (no point reached)".to_string(), str::to_string)
         };
         let label = format!("{} / {}", args[0], phase);
-        *histogram.entry(label.clone()).or_default() += 1;
-        total += 1;
+        if killed {
+            *histogram.entry(label.clone()).or_default() += 1;
+            total += 1;
+            if failpoint.is_none() {
+                random_kills += 1;
+            }
+        } else {
+            finished_first += 1;
+        }
         let rerun: Vec<&str> = if args[0] == "fetch" {
             vec!["fetch"]
         } else {
@@ -339,7 +352,7 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
         };
         let found = check_after_crash(env, &dir, &remote, &rerun, &reference)?;
         if found.is_empty() {
-            survived += 1;
+            survived += usize::from(killed);
         } else {
             failures.push(format!(
                 "{label}{}: {}",
@@ -351,7 +364,8 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
         }
     }
     println!(
-        "crash campaign: {survived} of {total} crashes survived (10 failpoints, {kills} random kills)"
+        "crash campaign: {survived} of {total} crashes survived ({} failpoint aborts, {random_kills} random kills); {finished_first} more rounds finished before their kill and were checked the same way",
+        total - random_kills
     );
     println!("where the kills landed (command / last point reached):");
     for (label, n) in &histogram {

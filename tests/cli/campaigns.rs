@@ -6,7 +6,13 @@ use crate::harness::{real_nvcc, repo_root, text};
 
 fn campaign(name: &str) {
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_kart-campaign"))
-        .args([name, "--short", "--kart", env!("CARGO_BIN_EXE_kart"), "--nvcc"])
+        .args([
+            name,
+            "--short",
+            "--kart",
+            env!("CARGO_BIN_EXE_kart"),
+            "--nvcc",
+        ])
         .arg(real_nvcc())
         .current_dir(repo_root())
         .output()

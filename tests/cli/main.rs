@@ -1,8 +1,8 @@
 //! CPU-side integration tests: the real `kart` binary and the real pinned nvcc on small
 //! fixture kernels (installed by `scripts/setup`). No GPU needed.
 
-mod harness;
 mod campaigns;
+mod harness;
 mod malformed;
 mod nginx;
 mod remote;

@@ -482,7 +482,7 @@ fn compile_one(
 ) -> std::result::Result<Duration, CompileFailure> {
     let kernel = &ws.project.kernels[p.kernel];
     let store_failure = |e: Error| CompileFailure {
-        summary: format!("store: {e}"),
+        summary: format!("store: {}", e.with_causes()),
         details: String::new(),
     };
     let scratch = ws.store.scratch_dir().map_err(store_failure)?;

@@ -137,18 +137,29 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         summary: "undeclared include".into(),
         details,
     })?;
-    let bytes = std::fs::read(&out).map_err(|e| CompileFailure {
-        summary: format!("nvcc succeeded but `{}` is unreadable: {e}", out.display()),
-        details: frame(&shown, &stderr),
+    // A full disk makes nvcc "succeed" with a cut-short file: say so, not that nvcc or
+    // the cubin is broken.
+    let full = |why: String| match crate::fsutil::disk_full(scratch) {
+        Some(full) => CompileFailure {
+            summary: format!("{full} (nvcc's output was cut short)"),
+            details: String::new(),
+        },
+        None => CompileFailure {
+            summary: why,
+            details: frame(&shown, &stderr),
+        },
+    };
+    let bytes = std::fs::read(&out).map_err(|e| {
+        full(format!(
+            "nvcc succeeded but `{}` is unreadable: {e}",
+            out.display()
+        ))
     })?;
     let checked = match job.kind {
         ArtifactKind::Cubin => check_cubin(&bytes, job.target, &job.kernel.entry).map(|_| ()),
         ArtifactKind::Ptx => check_ptx(&bytes, job.target, &job.kernel.entry),
     };
-    checked.map_err(|why| CompileFailure {
-        summary: format!("nvcc's output failed its check: {why}"),
-        details: String::new(),
-    })?;
+    checked.map_err(|why| full(format!("nvcc's output failed its check: {why}")))?;
     let mut entries = match job.kind {
         ArtifactKind::Cubin => parse_resource_usage(&stderr, &job.kernel.entry),
         ArtifactKind::Ptx => job

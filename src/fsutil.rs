@@ -34,6 +34,26 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     Ok(())
 }
 
+/// `Some(message)` when the file system holding `dir` has (almost) no space left: a
+/// tool writing there may "succeed" with a truncated file, which must not be blamed on
+/// the tool.
+pub fn disk_full(dir: &Path) -> Option<String> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the struct from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    if unsafe { libc::statvfs(c.as_ptr(), &mut st) } != 0 {
+        return None;
+    }
+    let free = st.f_bavail as u64 * st.f_frsize as u64;
+    (free < 64 * 1024).then(|| {
+        format!(
+            "No space left on device: the file system holding `{}` has {free} bytes free",
+            dir.display()
+        )
+    })
+}
+
 /// Syncs a folder's entries to disk. Best effort: not every file system supports it.
 pub fn sync_dir(dir: &Path) {
     if let Ok(f) = std::fs::File::open(dir) {

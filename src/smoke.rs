@@ -75,11 +75,19 @@ pub fn compile_smoke_bytes(
         kind: ArtifactKind::Cubin,
         timeout: SMOKE_TIMEOUT,
     };
-    let out = compile(&job, scratch.path()).map_err(|failure| Error::Environment {
-        message: format!(
-            "the toolchain cannot compile the smoke kernel for {target}, so it would fail on every kernel: {failure}"
-        ),
-        hint: Some(format!("{} (nvcc at `{}`)", crate::toolchain::SETUP_HINT, toolchain.nvcc.display())),
+    let out = compile(&job, scratch.path()).map_err(|failure| {
+        if failure.summary.starts_with("No space left on device") {
+            return Error::Environment {
+                message: failure.summary,
+                hint: Some("free space on the store's disk (or move the store: `store` in kart.toml)".into()),
+            };
+        }
+        Error::Environment {
+            message: format!(
+                "the toolchain cannot compile the smoke kernel for {target}, so it would fail on every kernel: {failure}"
+            ),
+            hint: Some(format!("{} (nvcc at `{}`)", crate::toolchain::SETUP_HINT, toolchain.nvcc.display())),
+        }
     })?;
     Ok((out.bytes, out.elapsed))
 }

@@ -136,29 +136,43 @@ impl Store {
     /// lock. Sweeps temp files of killed processes when no other process holds it.
     pub fn open(root: &Path, mode: LockMode, timeout: Duration) -> Result<Store> {
         let dir = root.join(LAYOUT);
-        for sub in [
-            "blobs",
-            "actions",
-            "toolchains",
-            "smoke",
-            "quarantine",
-            "materialized",
-            "tmp",
-        ] {
-            let p = dir.join(sub);
-            std::fs::create_dir_all(&p).at("create folder", &p)?;
+        // A store on a read-only file system (a shared mount on a GPU server) can still
+        // be read: skip the scaffolding, lock a read-only handle, never sweep.
+        let read_only = dir.join("blobs").is_dir() && !writable(&dir);
+        if !read_only {
+            for sub in [
+                "blobs",
+                "actions",
+                "toolchains",
+                "smoke",
+                "quarantine",
+                "materialized",
+                "tmp",
+            ] {
+                let p = dir.join(sub);
+                std::fs::create_dir_all(&p).at("create folder", &p)?;
+            }
+            scaffold(root)?;
+        } else if mode == LockMode::Exclusive {
+            return Err(Error::usage(
+                format!("the store `{}` is read-only", root.display()),
+                Some("gc and other writers need a writable store".into()),
+            ));
         }
-        scaffold(root)?;
         let lock_path = dir.join(".lock");
-        let lock = File::options()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&lock_path)
-            .at("open", &lock_path)?;
+        let lock = if read_only {
+            File::open(&lock_path).at("open", &lock_path)?
+        } else {
+            File::options()
+                .create(true)
+                .truncate(false)
+                .write(true)
+                .open(&lock_path)
+                .at("open", &lock_path)?
+        };
         // Sweep only while nobody else holds the store: a live writer's temp file is not
         // a leftover.
-        if lock.try_lock().is_ok() {
+        if !read_only && lock.try_lock().is_ok() {
             sweep_temp_files(&dir);
             if mode == LockMode::Shared {
                 lock.unlock().at("unlock", &lock_path)?;
@@ -464,6 +478,22 @@ impl Store {
 }
 
 /// Marks the store as a cache for backup tools and git.
+/// Whether files can be created in `dir` (false on a read-only mount, or without
+/// permission).
+fn writable(dir: &Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(dir.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: access(2) on a NUL-terminated path.
+    let ok = unsafe { libc::access(c.as_ptr(), libc::W_OK) } == 0;
+    // access() ignores a read-only mount for root on some systems: ask statvfs too.
+    // SAFETY: statvfs fills the struct from a NUL-terminated path.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let ro = unsafe { libc::statvfs(c.as_ptr(), &mut st) } == 0 && st.f_flag & libc::ST_RDONLY != 0;
+    ok && !ro
+}
+
 fn scaffold(root: &Path) -> Result<()> {
     let tag = root.join("CACHEDIR.TAG");
     if !tag.exists() {

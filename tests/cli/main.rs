@@ -509,3 +509,119 @@ fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
     ]);
     assert!(stderr(&out).contains("3 cubins"), "{}", text(&out));
 }
+
+/// Unmounts on drop, even when the test fails.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("umount").arg(&self.0).status();
+    }
+}
+
+/// The grid project with its store on a tmpfs of `size`, or `None` (with a visible
+/// skip line) where mounting is not allowed.
+fn project_on_small_disk(size: &str) -> Option<(TestProject, Mount)> {
+    let p = grid_project();
+    p.write(
+        "kernels/grid/kernel.toml",
+        "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\n[params]\nA = [1, 2, 3, 4, 5, 6, 7, 8]\nB = [16, 32]\n",
+    );
+    let store = p.root().join("artifacts");
+    std::fs::create_dir_all(&store).unwrap();
+    let mounted = std::process::Command::new("mount")
+        .args(["-t", "tmpfs", "-o", &format!("size={size}"), "tmpfs"])
+        .arg(&store)
+        .status()
+        .is_ok_and(|s| s.success());
+    if !mounted {
+        println!("skipped: cannot mount a tmpfs here (needs root)");
+        return None;
+    }
+    Some((p, Mount(store)))
+}
+
+fn temp_leftovers(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut leftovers = Vec::new();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for e in std::fs::read_dir(&d).unwrap().flatten() {
+            if e.path().is_dir() {
+                dirs.push(e.path());
+            } else if e.file_name().to_string_lossy().starts_with(".tmp-kart-") {
+                leftovers.push(e.path());
+            }
+        }
+    }
+    leftovers
+}
+
+#[test]
+fn a_full_disk_fails_clearly_and_leaves_the_store_consistent() {
+    // 160 KiB: it fills after a few artifacts.
+    let Some((p, mount)) = project_on_small_disk("160k") else {
+        return;
+    };
+    let out = p.kart(&["build", "--jobs", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("No space left on device"),
+        "{}",
+        text(&out)
+    );
+    // What was written is whole: verify finds nothing corrupt, and no temp file is left.
+    let verify = p.kart(&["verify"]);
+    assert!(verify.status.success(), "{}", text(&verify));
+    assert!(temp_leftovers(&mount.0).is_empty());
+}
+
+/// Found by the full-disk fault: nvcc "succeeds" with a cut-short cubin when the disk
+/// is full, and kart blamed the toolchain.
+#[test]
+fn a_full_disk_during_the_smoke_compile_is_not_blamed_on_nvcc() {
+    let Some((p, mount)) = project_on_small_disk("48k") else {
+        return;
+    };
+    let out = p.kart(&["build", "--jobs", "1"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(err.contains("No space left on device"), "{err}");
+    assert!(!err.contains("toolchain cannot compile"), "{err}");
+    assert!(temp_leftovers(&mount.0).is_empty());
+}
+
+#[test]
+fn a_read_only_store_serves_reads_and_refuses_writes_clearly() {
+    let Some((p, mount)) = project_on_small_disk("4m") else {
+        return;
+    };
+    p.ok(&["build", "--jobs", "2"]);
+    let remounted = std::process::Command::new("mount")
+        .args(["-o", "remount,ro"])
+        .arg(&mount.0)
+        .status()
+        .is_ok_and(|s| s.success());
+    assert!(remounted, "cannot remount the test store read-only");
+    // Reads work: list, verify, a build with everything present.
+    p.ok(&["ls"]);
+    p.ok(&["verify"]);
+    p.clear_log();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 0);
+    // Writes fail with the reason, and nothing panics.
+    let out = p.kart(&["gc"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains("read-only"), "{}", text(&out));
+    p.write(
+        "kernels/grid/kernel.toml",
+        "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\n[params]\nA = [9]\nB = [16]\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("Read-only file system"),
+        "{}",
+        text(&out)
+    );
+    assert!(!stderr(&out).contains("panicked"), "{}", text(&out));
+}

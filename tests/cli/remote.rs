@@ -345,3 +345,47 @@ fn the_token_is_sent_and_never_printed() {
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("read-only"), "{}", text(&out));
 }
+
+/// A server that dies in the middle of every response: it announces the whole blob,
+/// sends half and closes the connection. (A stand-in of the test's own: nginx cannot be
+/// stopped at a chosen byte.)
+#[test]
+fn a_remote_dying_mid_transfer_is_retried_then_fails_and_stores_nothing() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let served = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let count = served.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            let mut stream = stream;
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            count.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let body = vec![7u8; 3000];
+            let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 3000\r\n\r\n");
+            let _ = stream.write_all(&body[..1500]);
+            // Dropping the stream closes it mid-body.
+        }
+    });
+    let built = project(&format!("http://127.0.0.1:{port}/kart"), true);
+    built.ok(&["build", "--no-remote"]);
+    let fresh = project(&format!("http://127.0.0.1:{port}/kart"), true);
+    std::fs::copy(
+        built.root().join("kart.lock"),
+        fresh.root().join("kart.lock"),
+    )
+    .unwrap();
+    let out = fresh.kart(&["fetch", "--jobs", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("failed 6 times") && stderr(&out).contains("broke off"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        served.load(std::sync::atomic::Ordering::SeqCst) >= 6,
+        "not retried"
+    );
+    assert!(fresh.blobs().is_empty(), "a cut-short blob was stored");
+}

@@ -12,11 +12,15 @@
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+#[path = "common/nginx.rs"]
+mod nginx;
+use nginx::Nginx;
 
 /// Cubin-like bytes of `size`: 16-byte "instructions" drawn from a small pool, with
 /// some noise, so they compress about as well as real cubins (3–4×).
@@ -49,59 +53,6 @@ fn cubin_like(size: usize, seed: u64) -> Vec<u8> {
     }
     out.truncate(size);
     out
-}
-
-struct Nginx {
-    child: std::process::Child,
-    dir: tempfile::TempDir,
-    port: u16,
-}
-
-impl Nginx {
-    fn start() -> Res<Nginx> {
-        let dir = tempfile::tempdir()?;
-        let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
-        let d = dir.path().display();
-        std::fs::create_dir_all(dir.path().join("www/kart/cas"))?;
-        std::fs::write(
-            dir.path().join("nginx.conf"),
-            format!(
-                "daemon off; master_process off; pid {d}/nginx.pid; error_log {d}/error.log;\n\
-                 events {{ worker_connections 1024; }}\n\
-                 http {{ access_log off; client_body_temp_path {d}/body; proxy_temp_path {d}/proxy;\n\
-                 fastcgi_temp_path {d}/fcgi; uwsgi_temp_path {d}/uwsgi; scgi_temp_path {d}/scgi;\n\
-                 client_max_body_size 0; keepalive_requests 100000;\n\
-                 server {{ listen 127.0.0.1:{port}; root {d}/www;\n\
-                 location / {{ dav_methods PUT; create_full_put_path on; }} }} }}\n"
-            ),
-        )?;
-        let nginx = ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
-            .into_iter()
-            .find(|p| Path::new(p).is_file())
-            .ok_or("nginx not found: apt-get install nginx-light")?;
-        let child = Command::new(nginx)
-            .arg("-c")
-            .arg(dir.path().join("nginx.conf"))
-            .arg("-p")
-            .arg(dir.path())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()?;
-        for _ in 0..500 {
-            if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                return Ok(Nginx { child, dir, port });
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        Err("nginx did not start".into())
-    }
-}
-
-impl Drop for Nginx {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
 }
 
 /// A loopback TCP proxy that delays every chunk by `one_way` in each direction
@@ -250,7 +201,7 @@ fn main() -> Res<()> {
     );
     let nginx = Nginx::start()?;
     for (d, b) in &blobs {
-        std::fs::write(nginx.dir.path().join("www/kart/cas").join(d), b)?;
+        std::fs::write(nginx.www().join("kart/cas").join(d), b)?;
     }
     let proxy = start_delay_proxy(nginx.port, Duration::from_millis(10))?;
     let mb = total as f64 / 1e6;

@@ -16,7 +16,9 @@
 //!                                         error, the reference lock
 //!
 //! Common options: --seed S, --kart PATH (default: beside this program), --nvcc PATH
-//! (default: .toolchain's), --short (CI sizes: 30 kills, 60 cases, 2 runs).
+//! (default: .toolchain's), --short (CI sizes: 30 kills, 60 cases, 2 runs),
+//! --file-remote (a `file://` folder instead of nginx on loopback, which is the default
+//! where nginx is installed).
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};
@@ -24,12 +26,42 @@ use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+#[path = "common/nginx.rs"]
+mod nginx;
+
+/// The campaigns' remote cache: nginx on loopback where it is installed, else a
+/// `file://` folder (said in the output). `dir` holds its `cas/` and `ac/` folders.
+struct RemoteHost {
+    url: String,
+    dir: PathBuf,
+    _server: Option<nginx::Nginx>,
+}
+
+fn remote_host(root: &Path, force_file: bool) -> Res<RemoteHost> {
+    if !force_file && nginx::available() {
+        let server = nginx::Nginx::start()?;
+        return Ok(RemoteHost {
+            url: format!("http://127.0.0.1:{}/kart", server.port),
+            dir: server.www().join("kart"),
+            _server: Some(server),
+        });
+    }
+    let dir = root.join("remote");
+    std::fs::create_dir_all(&dir)?;
+    Ok(RemoteHost {
+        url: format!("file://{}", dir.display()),
+        dir,
+        _server: None,
+    })
+}
+
 const GRID: &str = "[params]\nA = [1, 2, 3, 4, 5]\nB = [16, 32]\n";
 
 struct Env {
     kart: PathBuf,
     nvcc: PathBuf,
     rng: u64,
+    file_remote: bool,
 }
 
 impl Env {
@@ -43,14 +75,14 @@ impl Env {
         self.random() % n.max(1)
     }
 
-    /// A project of 20 cubins (10 configs x 2 targets) with a file:// remote.
-    fn project(&self, dir: &Path, remote: &Path) -> Res<()> {
+    /// A project of 20 cubins (10 configs x 2 targets) with a trusted remote.
+    fn project(&self, dir: &Path, remote: &RemoteHost) -> Res<()> {
         std::fs::create_dir_all(dir.join("kernels/grid"))?;
         std::fs::write(
             dir.join("kart.toml"),
             format!(
-                "[project]\ntargets = [\"sm_80\", \"sm_90\"]\n\n[toolchain]\nnvcc = \"13.0\"\n\n[remote]\nurl = \"file://{}\"\ntrusted = true\n",
-                remote.display()
+                "[project]\ntargets = [\"sm_80\", \"sm_90\"]\n\n[toolchain]\nnvcc = \"13.0\"\n\n[remote]\nurl = \"{}\"\ntrusted = true\n",
+                remote.url
             ),
         )?;
         std::fs::write(
@@ -217,8 +249,15 @@ fn disturb(env: &mut Env, dir: &Path) {
 
 fn crash(env: &mut Env, kills: usize) -> Res<bool> {
     let root = tempfile::tempdir()?;
-    let remote = root.path().join("remote");
-    std::fs::create_dir_all(&remote)?;
+    let remote = remote_host(root.path(), env.file_remote)?;
+    println!(
+        "remote: {}",
+        if remote._server.is_some() {
+            "nginx on loopback"
+        } else {
+            "a file:// folder (nginx not installed)"
+        }
+    );
     let reference_dir = root.path().join("reference");
     env.project(&reference_dir, &remote)?;
     env.ok(&reference_dir, &["build", "--no-remote"])?;
@@ -350,7 +389,7 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
         } else {
             args.clone()
         };
-        let found = check_after_crash(env, &dir, &remote, &rerun, &reference)?;
+        let found = check_after_crash(env, &dir, &remote.dir, &rerun, &reference)?;
         if found.is_empty() {
             survived += usize::from(killed);
         } else {
@@ -383,8 +422,15 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
 
 fn corruption(env: &mut Env, cases: usize) -> Res<bool> {
     let root = tempfile::tempdir()?;
-    let remote = root.path().join("remote");
-    std::fs::create_dir_all(&remote)?;
+    let remote = remote_host(root.path(), env.file_remote)?;
+    println!(
+        "remote: {}",
+        if remote._server.is_some() {
+            "nginx on loopback"
+        } else {
+            "a file:// folder (nginx not installed)"
+        }
+    );
     let dir = root.path().join("project");
     env.project(&dir, &remote)?;
     env.ok(&dir, &["build", "--no-remote"])?;
@@ -408,7 +454,7 @@ fn corruption(env: &mut Env, cases: usize) -> Res<bool> {
         }
         let path_of = |d: &str| -> PathBuf {
             if on_remote {
-                remote.join("cas").join(d)
+                remote.dir.join("cas").join(d)
             } else {
                 let shard = dir.join("artifacts/v1/blobs").join(&d[..2]);
                 let raw = shard.join(d);
@@ -463,7 +509,7 @@ fn corruption(env: &mut Env, cases: usize) -> Res<bool> {
             std::fs::remove_dir_all(&fresh)?;
             // Repair the remote from the good local store.
             for v in &victims {
-                let _ = std::fs::remove_file(remote.join("cas").join(v));
+                let _ = std::fs::remove_file(remote.dir.join("cas").join(v));
             }
             env.ok(&dir, &["push"])?;
         } else {
@@ -551,8 +597,15 @@ fn lock_artifact(lock: &str, digest: &str) -> (Vec<String>, String) {
 
 fn concurrency(env: &mut Env, runs: usize) -> Res<bool> {
     let root = tempfile::tempdir()?;
-    let remote = root.path().join("remote");
-    std::fs::create_dir_all(&remote)?;
+    let remote = remote_host(root.path(), env.file_remote)?;
+    println!(
+        "remote: {}",
+        if remote._server.is_some() {
+            "nginx on loopback"
+        } else {
+            "a file:// folder (nginx not installed)"
+        }
+    );
     let reference_dir = root.path().join("reference");
     env.project(&reference_dir, &remote)?;
     env.ok(&reference_dir, &["build", "--no-remote"])?;
@@ -645,6 +698,7 @@ fn main() -> Res<()> {
         kart,
         nvcc,
         rng: seed | 1,
+        file_remote: args.iter().any(|a| a == "--file-remote"),
     };
     let number = |name: &str, short_n: usize, long_n: usize| -> usize {
         value(name)

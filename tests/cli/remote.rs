@@ -389,3 +389,38 @@ fn a_remote_dying_mid_transfer_is_retried_then_fails_and_stores_nothing() {
     );
     assert!(fresh.blobs().is_empty(), "a cut-short blob was stored");
 }
+
+/// A server announcing an enormous body is refused at the header, before any byte of
+/// it is read. (A stand-in server of the test's own, as above.)
+#[test]
+fn an_enormous_content_length_is_refused_before_reading() {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut request = [0u8; 4096];
+            let _ = stream.read(&mut request);
+            let _ =
+                stream.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 10000000000000\r\n\r\nxxxx");
+        }
+    });
+    let built = project(&format!("http://127.0.0.1:{port}/kart"), true);
+    built.ok(&["build", "--no-remote"]);
+    let fresh = project(&format!("http://127.0.0.1:{port}/kart"), true);
+    std::fs::copy(
+        built.root().join("kart.lock"),
+        fresh.root().join("kart.lock"),
+    )
+    .unwrap();
+    let t = Instant::now();
+    let out = fresh.kart(&["fetch", "--jobs", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("announces 10000000000000 bytes"),
+        "{}",
+        text(&out)
+    );
+    assert!(t.elapsed() < Duration::from_secs(5));
+    assert!(fresh.blobs().is_empty());
+}

@@ -15,7 +15,6 @@ use std::process::{Command, Stdio};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::write_atomic;
 use crate::key::ArtifactKind;
 use crate::lockfile::{LockedArtifact, Lockfile};
 use crate::manifest::{SourceFile, read_text};
@@ -173,12 +172,7 @@ impl AttestFile {
 
     /// Writes the file atomically, only if its content changed.
     pub fn write(&self, path: &Path) -> Result<bool> {
-        let text = self.to_text();
-        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
-            return Ok(false);
-        }
-        write_atomic(path, text.as_bytes())?;
-        Ok(true)
+        crate::fsutil::write_if_changed(path, &self.to_text())
     }
 
     /// The short names of the GPUs that attested `digest`, sorted, deduplicated.

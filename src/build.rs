@@ -484,6 +484,7 @@ fn compile_one(
     let store_failure = |e: Error| CompileFailure {
         summary: format!("store: {}", e.with_causes()),
         details: String::new(),
+        disk_full: false,
     };
     let scratch = ws.store.scratch_dir().map_err(store_failure)?;
     let job = CompileJob {

@@ -53,6 +53,9 @@ pub struct CompileFailure {
     pub summary: String,
     /// The details: nvcc's stderr or the failed check.
     pub details: String,
+    /// The disk holding the output is full: the machine's fault, not the toolchain's or
+    /// the kernel's.
+    pub disk_full: bool,
 }
 
 impl std::fmt::Display for CompileFailure {
@@ -111,6 +114,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
     let outcome = run_with_timeout(&mut cmd, job.timeout).map_err(|e| CompileFailure {
         summary: format!("cannot run `{}`: {e}", job.toolchain.nvcc.display()),
         details: String::new(),
+        disk_full: false,
     })?;
     let stderr = outcome.stderr.clone() + &outcome.stdout;
     if outcome.timed_out {
@@ -120,6 +124,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
                 job.timeout.as_secs_f64()
             ),
             details: frame(&shown, &stderr),
+            disk_full: false,
         });
     }
     if !outcome.status.is_some_and(|s| s.success()) {
@@ -130,12 +135,14 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         return Err(CompileFailure {
             summary: format!("nvcc failed ({status})"),
             details: frame(&shown, &stderr),
+            disk_full: false,
         });
     }
     let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
     check_dependencies(job, &parse_depfile(&dep_text)).map_err(|details| CompileFailure {
         summary: "undeclared include".into(),
         details,
+        disk_full: false,
     })?;
     // A full disk makes nvcc "succeed" with a cut-short file: say so, not that nvcc or
     // the cubin is broken.
@@ -143,10 +150,12 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         Some(full) => CompileFailure {
             summary: format!("{full} (nvcc's output was cut short)"),
             details: String::new(),
+            disk_full: true,
         },
         None => CompileFailure {
             summary: why,
             details: frame(&shown, &stderr),
+            disk_full: false,
         },
     };
     let bytes = std::fs::read(&out).map_err(|e| {
@@ -177,6 +186,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             entry.params = param_sizes(&bytes, &entry.name).map_err(|why| CompileFailure {
                 summary: format!("nvcc's output failed its check: {why}"),
                 details: String::new(),
+                disk_full: false,
             })?;
         }
         if let Some(declared) = job.kernel.signature.get(&entry.name) {
@@ -188,6 +198,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
                             "  fix `[signature]` in {} to match the kernel's parameters",
                             job.kernel.manifest.display()
                         ),
+                        disk_full: false,
                     }
                 })?;
             }

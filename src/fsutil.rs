@@ -54,6 +54,36 @@ pub fn disk_full(dir: &Path) -> Option<String> {
     })
 }
 
+/// Writes `text` to `path` atomically, only if the file does not already hold exactly
+/// that (committed files keep their mtime, and an unchanged lock is not rewritten).
+/// Returns whether it wrote.
+pub fn write_if_changed(path: &Path, text: &str) -> Result<bool> {
+    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+        return Ok(false);
+    }
+    write_atomic(path, text.as_bytes())?;
+    Ok(true)
+}
+
+/// Reads a whole file that must not be longer than `limit` bytes (checked before
+/// anything is allocated, and again while reading, in case it grows). The error is a
+/// description for a corruption report.
+pub fn read_bounded(file: std::fs::File, limit: u64) -> std::result::Result<Vec<u8>, String> {
+    use std::io::Read;
+    let len = file.metadata().map_err(|e| e.to_string())?.len();
+    if len > limit {
+        return Err(format!("larger than {limit} bytes ({len})"));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit + 1)
+        .read_to_end(&mut bytes)
+        .map_err(|e| format!("unreadable ({e})"))?;
+    if bytes.len() as u64 > limit {
+        return Err(format!("larger than {limit} bytes"));
+    }
+    Ok(bytes)
+}
+
 /// Syncs a folder's entries to disk. Best effort: not every file system supports it.
 pub fn sync_dir(dir: &Path) {
     if let Ok(f) = std::fs::File::open(dir) {

@@ -10,7 +10,6 @@ use serde::{Deserialize, Serialize};
 use crate::cubin::EntryInfo;
 use crate::digest::is_sha256_hex;
 use crate::error::Result;
-use crate::fsutil::write_atomic;
 use crate::key::ArtifactKind;
 use crate::manifest::{Config, SourceFile, read_text};
 use crate::target::TargetArch;
@@ -58,6 +57,24 @@ impl LockedArtifact {
     pub fn describe(&self) -> String {
         describe(&self.kernel, &self.config, &self.target, self.kind)
     }
+}
+
+/// Of the artifacts of one (kernel, config), the one a device of `capability` loads
+/// under `policy` (the runtime's resolution rules), if any.
+pub fn pick<'a>(
+    group: &[&'a LockedArtifact],
+    capability: crate::resolve::Capability,
+    policy: crate::resolve::JitPolicy,
+) -> Option<&'a LockedArtifact> {
+    let available: Vec<(TargetArch, ArtifactKind)> = group
+        .iter()
+        .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
+        .collect();
+    let (target, kind) = crate::resolve::resolve(capability, &available, policy)?;
+    group
+        .iter()
+        .copied()
+        .find(|a| a.kind == kind && a.target == target.to_string())
 }
 
 /// `kernel[config] target`, plus the kind when it is PTX.
@@ -168,12 +185,7 @@ impl Lockfile {
 
     /// Writes the lock atomically, only if its content changed.
     pub fn write(&self, path: &Path) -> Result<bool> {
-        let text = self.to_text();
-        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
-            return Ok(false);
-        }
-        write_atomic(path, text.as_bytes())?;
-        Ok(true)
+        crate::fsutil::write_if_changed(path, &self.to_text())
     }
 
     /// The artifact with this identity.

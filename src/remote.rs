@@ -269,14 +269,14 @@ impl Remote {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
                     Err(e) => return Err(e).at("read", &path),
                 };
-                let mut bytes = Vec::new();
-                file.take(limit + 1)
-                    .read_to_end(&mut bytes)
-                    .at("read", &path)?;
-                if bytes.len() as u64 > limit {
-                    return Err(too_large(&path.display().to_string(), limit));
-                }
-                Ok(Some(bytes))
+                crate::fsutil::read_bounded(file, limit)
+                    .map(Some)
+                    .map_err(|why| Error::Remote {
+                        url: path.display().to_string(),
+                        message: format!("sent a file {why}"),
+                        failure: RemoteFailure::Corrupt,
+                        hint: Some("nothing was stored".into()),
+                    })
             }
             Backend::Http { .. } => self.http(reqwest::Method::GET, kind, name, None, limit),
         }
@@ -589,7 +589,7 @@ mod tests {
         let err = remote.get_blob(&digest, Some(5)).unwrap_err();
         assert!(err.to_string().contains("hashing to"), "{err}");
         let err = remote.get_blob(&digest, Some(4)).unwrap_err();
-        assert!(err.to_string().contains("more than the 4 bytes"), "{err}");
+        assert!(err.to_string().contains("larger than 4 bytes"), "{err}");
         assert_eq!(parallel_map(&[1, 2, 3], 2, |x| x * 10), vec![10, 20, 30]);
     }
 }

@@ -76,7 +76,7 @@ pub fn compile_smoke_bytes(
         timeout: SMOKE_TIMEOUT,
     };
     let out = compile(&job, scratch.path()).map_err(|failure| {
-        if failure.summary.starts_with("No space left on device") {
+        if failure.disk_full {
             return Error::Environment {
                 message: failure.summary,
                 hint: Some("free space on the store's disk (or move the store: `store` in kart.toml)".into()),

@@ -28,7 +28,7 @@ use serde::{Deserialize, Serialize};
 use crate::cubin::EntryInfo;
 use crate::digest::{Preimage, is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::{sweep_temp_files, write_atomic};
+use crate::fsutil::{read_bounded, sweep_temp_files, write_atomic};
 use crate::key::ArtifactKind;
 use crate::manifest::Config;
 
@@ -507,24 +507,6 @@ fn scaffold(root: &Path) -> Result<()> {
         write_atomic(&ignore, b"*\n")?;
     }
     Ok(())
-}
-
-/// Reads a whole file that must not be longer than `limit` bytes (checked before
-/// anything is allocated, and again while reading, in case it grows).
-fn read_bounded(file: File, limit: u64) -> std::result::Result<Vec<u8>, String> {
-    use std::io::Read;
-    let len = file.metadata().map_err(|e| e.to_string())?.len();
-    if len > limit {
-        return Err(format!("larger than {limit} bytes ({len})"));
-    }
-    let mut bytes = Vec::with_capacity(len as usize);
-    file.take(limit + 1)
-        .read_to_end(&mut bytes)
-        .map_err(|e| format!("unreadable ({e})"))?;
-    if bytes.len() as u64 > limit {
-        return Err(format!("larger than {limit} bytes"));
-    }
-    Ok(bytes)
 }
 
 thread_local! {

@@ -14,11 +14,10 @@ use serde::Serialize;
 
 use crate::build::{BuildReporter, Planned, Workspace};
 use crate::error::{Error, RemoteFailure, Result};
-use crate::key::ArtifactKind;
 use crate::lockfile::{LockedArtifact, Lockfile};
 use crate::manifest::{Config, Project};
 use crate::remote::{REMOTE_ENV, Remote, RemoteSettings, parallel_map};
-use crate::resolve::{Capability, JitPolicy, resolve};
+use crate::resolve::{Capability, JitPolicy};
 use crate::store::ActionEntry;
 use crate::target::TargetArch;
 
@@ -103,16 +102,7 @@ pub fn fetch_selection<'a>(
     }
     groups
         .into_values()
-        .filter_map(|group| {
-            let available: Vec<(TargetArch, ArtifactKind)> = group
-                .iter()
-                .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
-                .collect();
-            let (target, kind) = resolve(capability, &available, JitPolicy::Forbid)?;
-            group
-                .into_iter()
-                .find(|a| a.kind == kind && a.target == target.to_string())
-        })
+        .filter_map(|group| crate::lockfile::pick(&group, capability, JitPolicy::Forbid))
         .collect()
 }
 

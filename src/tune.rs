@@ -15,13 +15,10 @@ use std::path::Path;
 use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, Result};
-use crate::fsutil::write_atomic;
-use crate::key::ArtifactKind;
 use crate::lockfile::{LockedArtifact, Lockfile};
 use crate::manifest::{Config, Kernel, ParamValue, SourceFile, read_text};
-use crate::resolve::{Capability, JitPolicy, resolve};
+use crate::resolve::{Capability, JitPolicy};
 use crate::runtime::{Gpu, LoadedArtifact, Runtime};
-use crate::target::TargetArch;
 
 /// The sidecar's file name, beside `kart.lock`.
 pub const TUNE_FILE: &str = "kart.tune";
@@ -128,12 +125,7 @@ impl TuneFile {
 
     /// Writes atomically, only if the content changed.
     pub fn write(&self, path: &Path) -> Result<bool> {
-        let text = self.to_text();
-        if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
-            return Ok(false);
-        }
-        write_atomic(path, text.as_bytes())?;
-        Ok(true)
+        crate::fsutil::write_if_changed(path, &self.to_text())
     }
 }
 
@@ -159,14 +151,7 @@ pub fn artifact_for<'a>(
         .iter()
         .filter(|a| a.kernel == kernel && &a.config == config)
         .collect();
-    let available: Vec<(TargetArch, ArtifactKind)> = group
-        .iter()
-        .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
-        .collect();
-    let (target, kind) = resolve(capability, &available, JitPolicy::Forbid)?;
-    group
-        .into_iter()
-        .find(|a| a.kind == kind && a.target == target.to_string())
+    crate::lockfile::pick(&group, capability, JitPolicy::Forbid)
 }
 
 /// Where `best()`'s answer came from.

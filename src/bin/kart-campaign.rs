@@ -126,6 +126,25 @@ impl Env {
     }
 }
 
+/// The remote (said which), and a project built completely and pushed to it: the
+/// reference every campaign compares with.
+fn reference(env: &Env, root: &Path) -> Res<(RemoteHost, PathBuf)> {
+    let remote = remote_host(root, env.file_remote)?;
+    println!(
+        "remote: {}",
+        if remote._server.is_some() {
+            "nginx on loopback"
+        } else {
+            "a file:// folder (nginx not installed)"
+        }
+    );
+    let dir = root.join("reference");
+    env.project(&dir, &remote)?;
+    env.ok(&dir, &["build", "--no-remote"])?;
+    env.ok(&dir, &["push"])?;
+    Ok((remote, dir))
+}
+
 /// Every file under `dir`, recursively.
 fn walk(dir: &Path) -> Vec<PathBuf> {
     let mut out = Vec::new();
@@ -249,19 +268,7 @@ fn disturb(env: &mut Env, dir: &Path) {
 
 fn crash(env: &mut Env, kills: usize) -> Res<bool> {
     let root = tempfile::tempdir()?;
-    let remote = remote_host(root.path(), env.file_remote)?;
-    println!(
-        "remote: {}",
-        if remote._server.is_some() {
-            "nginx on loopback"
-        } else {
-            "a file:// folder (nginx not installed)"
-        }
-    );
-    let reference_dir = root.path().join("reference");
-    env.project(&reference_dir, &remote)?;
-    env.ok(&reference_dir, &["build", "--no-remote"])?;
-    env.ok(&reference_dir, &["push"])?;
+    let (remote, reference_dir) = reference(env, root.path())?;
     let reference = std::fs::read_to_string(reference_dir.join("kart.lock"))?;
     let dir = root.path().join("victim");
     env.project(&dir, &remote)?;
@@ -422,19 +429,7 @@ fn crash(env: &mut Env, kills: usize) -> Res<bool> {
 
 fn corruption(env: &mut Env, cases: usize) -> Res<bool> {
     let root = tempfile::tempdir()?;
-    let remote = remote_host(root.path(), env.file_remote)?;
-    println!(
-        "remote: {}",
-        if remote._server.is_some() {
-            "nginx on loopback"
-        } else {
-            "a file:// folder (nginx not installed)"
-        }
-    );
-    let dir = root.path().join("project");
-    env.project(&dir, &remote)?;
-    env.ok(&dir, &["build", "--no-remote"])?;
-    env.ok(&dir, &["push"])?;
+    let (remote, dir) = reference(env, root.path())?;
     let lock = std::fs::read_to_string(dir.join("kart.lock"))?;
     let digests: Vec<String> = lock
         .lines()
@@ -597,19 +592,7 @@ fn lock_artifact(lock: &str, digest: &str) -> (Vec<String>, String) {
 
 fn concurrency(env: &mut Env, runs: usize) -> Res<bool> {
     let root = tempfile::tempdir()?;
-    let remote = remote_host(root.path(), env.file_remote)?;
-    println!(
-        "remote: {}",
-        if remote._server.is_some() {
-            "nginx on loopback"
-        } else {
-            "a file:// folder (nginx not installed)"
-        }
-    );
-    let reference_dir = root.path().join("reference");
-    env.project(&reference_dir, &remote)?;
-    env.ok(&reference_dir, &["build", "--no-remote"])?;
-    env.ok(&reference_dir, &["push"])?;
+    let (remote, reference_dir) = reference(env, root.path())?;
     let reference = std::fs::read_to_string(reference_dir.join("kart.lock"))?;
     let (mut conflicts, mut divergences) = (0, 0);
     for run in 0..runs {

@@ -22,6 +22,13 @@ fn project(url: &str, trusted: bool) -> TestProject {
     p
 }
 
+/// A fresh project (empty store) holding `built`'s kart.lock, its remote at `url`.
+fn with_lock_of(built: &TestProject, url: &str, trusted: bool) -> TestProject {
+    let p = project(url, trusted);
+    std::fs::copy(built.root().join("kart.lock"), p.root().join("kart.lock")).unwrap();
+    p
+}
+
 fn lock_digests(p: &TestProject) -> Vec<String> {
     p.read("kart.lock")
         .lines()
@@ -51,12 +58,7 @@ fn push_then_fetch_gives_identical_blobs_and_a_second_push_uploads_nothing() {
         text(&out)
     );
 
-    let fresh = project(&url, true);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        fresh.root().join("kart.lock"),
-    )
-    .unwrap();
+    let fresh = with_lock_of(&built, &url, true);
     let out = fresh.ok(&["fetch"]);
     assert!(
         stderr(&out).contains("12 downloaded and verified"),
@@ -90,12 +92,7 @@ fn altered_or_truncated_blobs_on_the_server_are_refused_and_not_stored() {
     let full = std::fs::read(cas.join(&digests[1])).unwrap();
     std::fs::write(cas.join(&digests[1]), &full[..full.len() / 2]).unwrap();
 
-    let fresh = project(&url, true);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        fresh.root().join("kart.lock"),
-    )
-    .unwrap();
+    let fresh = with_lock_of(&built, &url, true);
     let out = fresh.kart(&["fetch"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     let err = stderr(&out);
@@ -118,12 +115,7 @@ fn a_server_failing_for_a_while_is_retried_and_the_fetch_succeeds() {
     let built = project(&url, true);
     built.ok(&["build"]);
     built.ok(&["push"]);
-    let fresh = project(&url, true);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        fresh.root().join("kart.lock"),
-    )
-    .unwrap();
+    let fresh = with_lock_of(&built, &url, true);
     std::fs::write(server.fail_flag(), "").unwrap();
     let flag = server.fail_flag();
     let healer = std::thread::spawn(move || {
@@ -150,12 +142,7 @@ fn refusals_fail_at_once_with_the_url_and_status() {
         ("moved", "kart does not follow redirects"),
         ("empty", "the remote lacks 12 blobs"),
     ] {
-        let fresh = project(&server.url(path), true);
-        std::fs::copy(
-            built.root().join("kart.lock"),
-            fresh.root().join("kart.lock"),
-        )
-        .unwrap();
+        let fresh = with_lock_of(&built, &server.url(path), true);
         let t = Instant::now();
         let out = fresh.kart(&["fetch"]);
         assert_eq!(out.status.code(), Some(1), "{}", text(&out));
@@ -206,12 +193,7 @@ fn a_fetch_killed_before_a_rename_leaves_no_partial_blob_and_a_rerun_completes()
     built.ok(&["build"]);
     built.ok(&["push"]);
     let digest = lock_digests(&built)[3].clone();
-    let fresh = project(&url, true);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        fresh.root().join("kart.lock"),
-    )
-    .unwrap();
+    let fresh = with_lock_of(&built, &url, true);
     // Abort (as kill -9 would) with the blob's temp file written and synced, before
     // its rename.
     let out = fresh.kart_env(
@@ -307,12 +289,7 @@ fn an_untrusted_remote_supplies_only_blobs_the_lock_names() {
     assert_eq!(fresh.compiles(), 12);
 
     // With the lock: its digests are taken from the remote, nothing is compiled.
-    let locked = project(&url, false);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        locked.root().join("kart.lock"),
-    )
-    .unwrap();
+    let locked = with_lock_of(&built, &url, false);
     let out = locked.ok(&["build"]);
     assert_eq!(locked.compiles(), 0, "{}", text(&out));
     assert_eq!(locked.read("kart.lock"), built.read("kart.lock"));
@@ -370,12 +347,7 @@ fn a_remote_dying_mid_transfer_is_retried_then_fails_and_stores_nothing() {
     });
     let built = project(&format!("http://127.0.0.1:{port}/kart"), true);
     built.ok(&["build", "--no-remote"]);
-    let fresh = project(&format!("http://127.0.0.1:{port}/kart"), true);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        fresh.root().join("kart.lock"),
-    )
-    .unwrap();
+    let fresh = with_lock_of(&built, &format!("http://127.0.0.1:{port}/kart"), true);
     let out = fresh.kart(&["fetch", "--jobs", "1"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
@@ -407,12 +379,7 @@ fn an_enormous_content_length_is_refused_before_reading() {
     });
     let built = project(&format!("http://127.0.0.1:{port}/kart"), true);
     built.ok(&["build", "--no-remote"]);
-    let fresh = project(&format!("http://127.0.0.1:{port}/kart"), true);
-    std::fs::copy(
-        built.root().join("kart.lock"),
-        fresh.root().join("kart.lock"),
-    )
-    .unwrap();
+    let fresh = with_lock_of(&built, &format!("http://127.0.0.1:{port}/kart"), true);
     let t = Instant::now();
     let out = fresh.kart(&["fetch", "--jobs", "1"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));

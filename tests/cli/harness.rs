@@ -25,7 +25,19 @@ pub fn real_nvcc() -> PathBuf {
 /// A wrapper beside the real nvcc (so the toolkit root is the real one) that appends
 /// its arguments to `$KART_TEST_NVCC_LOG` and, when a define `MODE=hang` is passed,
 /// starts a grandchild holding stderr open and sleeps instead of compiling.
+///
+/// Written once per test process (the tests of one binary run on several threads),
+/// through a temp file with a unique name in the same folder, then renamed: test
+/// binaries running at the same time each write the same bytes, and a reader never sees
+/// a partial script.
 pub fn logging_nvcc() -> PathBuf {
+    static WRAPPER: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    WRAPPER.get_or_init(write_logging_nvcc).clone()
+}
+
+fn write_logging_nvcc() -> PathBuf {
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
     let real = real_nvcc();
     let wrapper = real.with_file_name("nvcc-kart-test");
     let script = format!(
@@ -43,11 +55,16 @@ pub fn logging_nvcc() -> PathBuf {
         real.display()
     );
     if std::fs::read_to_string(&wrapper).ok().as_deref() != Some(script.as_str()) {
-        let tmp = wrapper.with_extension(format!("tmp{}", std::process::id()));
-        std::fs::write(&tmp, &script).unwrap();
-        use std::os::unix::fs::PermissionsExt;
-        std::fs::set_permissions(&tmp, std::fs::Permissions::from_mode(0o755)).unwrap();
-        std::fs::rename(&tmp, &wrapper).unwrap();
+        let folder = wrapper.parent().expect("nvcc lives in a folder");
+        let mut tmp = tempfile::Builder::new()
+            .prefix(".nvcc-kart-test.")
+            .tempfile_in(folder)
+            .expect("create the wrapper's temp file");
+        tmp.write_all(script.as_bytes()).expect("write the wrapper");
+        tmp.as_file()
+            .set_permissions(std::fs::Permissions::from_mode(0o755))
+            .expect("make the wrapper executable");
+        tmp.persist(&wrapper).expect("rename the wrapper into place");
     }
     wrapper
 }

@@ -14,13 +14,13 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
+use crate::build::key::ArtifactKind;
 use crate::error::{Error, IoContext, Result};
-use crate::key::ArtifactKind;
-use crate::lockfile::{LockedArtifact, Lockfile};
-use crate::manifest::{SourceFile, read_text};
-use crate::resolve::{Capability, cubin_fit, format_cuda_version};
+use crate::runtime::resolve::{Capability, cubin_fit, format_cuda_version};
 use crate::runtime::{Gpu, Runtime};
 use crate::smoke::{SMOKE_ENTRY, launch_smoke};
+use crate::store::lockfile::{LockedArtifact, Lockfile};
+use crate::store::sidecar::{self, BadRecord};
 use crate::target::TargetArch;
 
 /// The sidecar's file name, beside `kart.lock`.
@@ -93,43 +93,44 @@ pub struct AttestFile {
     pub records: Vec<Attestation>,
 }
 
+impl crate::store::sidecar::Sidecar for AttestFile {
+    const VERSION: u32 = ATTEST_VERSION;
+    const HEADER: &'static str = HEADER;
+    const WHAT: &'static str = "attestation";
+    const REGENERATE: &'static str = "rerun `kart smoke --all` with this kart on a GPU machine";
+
+    fn empty() -> AttestFile {
+        AttestFile {
+            version: ATTEST_VERSION,
+            records: Vec::new(),
+        }
+    }
+
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn check(&self) -> std::result::Result<(), BadRecord> {
+        match self
+            .records
+            .iter()
+            .find(|r| !crate::digest::is_sha256_hex(&r.digest))
+        {
+            Some(r) => Err(BadRecord {
+                near: r.digest.clone(),
+                message: "a digest must be 64 lower-case hex digits".into(),
+                hint: "rerun `kart smoke --all` on a GPU machine, or delete the record",
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl AttestFile {
     /// Reads `path`; a missing file is an empty record set. `shown` names it in
     /// messages.
     pub fn read(path: &Path, shown: &Path) -> Result<AttestFile> {
-        if !path.exists() {
-            return Ok(AttestFile {
-                version: ATTEST_VERSION,
-                records: Vec::new(),
-            });
-        }
-        let text = read_text(path)?;
-        let file = SourceFile {
-            path: shown.to_path_buf(),
-            text: &text,
-        };
-        let parsed: AttestFile = file.parse()?;
-        if parsed.version != ATTEST_VERSION {
-            return Err(file.error(
-                0..0,
-                format!(
-                    "attestation version {} is not {ATTEST_VERSION}",
-                    parsed.version
-                ),
-                "rerun `kart smoke --all` with this kart on a GPU machine",
-            ));
-        }
-        for r in &parsed.records {
-            if !crate::digest::is_sha256_hex(&r.digest) {
-                let offset = text.find(&r.digest).unwrap_or(0);
-                return Err(file.error(
-                    offset..offset + r.digest.len(),
-                    "a digest must be 64 lower-case hex digits",
-                    "rerun `kart smoke --all` on a GPU machine, or delete the record",
-                ));
-            }
-        }
-        Ok(parsed)
+        sidecar::read(path, shown)
     }
 
     /// Adds `new` records (each replaces a record of the same blob, GPU, capability,
@@ -166,13 +167,12 @@ impl AttestFile {
 
     /// The file's text.
     pub fn to_text(&self) -> String {
-        // Serializing plain structs of strings cannot fail.
-        format!("{HEADER}{}", toml::to_string(self).unwrap_or_default())
+        sidecar::to_text(self)
     }
 
     /// Writes the file atomically, only if its content changed.
     pub fn write(&self, path: &Path) -> Result<bool> {
-        crate::fsutil::write_if_changed(path, &self.to_text())
+        sidecar::write(self, path)
     }
 
     /// The short names of the GPUs that attested `digest`, sorted, deduplicated.
@@ -382,7 +382,7 @@ mod tests {
 
     fn lock_naming(digests: &[char]) -> Lockfile {
         let text = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::lockfile::LOCK_FILE),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::store::lockfile::LOCK_FILE),
         )
         .unwrap();
         let mut lock = Lockfile::parse(&text, Path::new("kart.lock")).unwrap();

@@ -2,49 +2,45 @@
 //! cubin offline, store each binary under the sha256 of its bytes, and load them at run
 //! time through the CUDA driver with no nvcc, NVRTC or JIT on the hot path.
 //!
-//! The pieces, each one job:
-//! - [`manifest`]: `kart.toml` and `kernel.toml`, the param grid;
-//! - [`toolchain`]: finding nvcc and fingerprinting it;
-//! - [`key`]: the action key over every input of an artifact;
-//! - [`compile`] and [`process`]: one nvcc run, under a timeout, checked;
-//! - [`cubin`]: what a cubin says about itself;
-//! - [`signature`]: declared kernel parameter kinds;
-//! - [`store`]: the content-addressed local store;
-//! - [`lockfile`]: the `kart.lock` file;
-//! - [`remote`]: the shared cache over HTTP or a folder;
-//! - [`transfer`]: `fetch`, `push`, and the build's read- and write-through;
-//! - [`build`]: planning and running a build, the `--locked` check;
-//! - [`maintain`]: `verify`, `gc`, `ls`;
-//! - [`resolve`]: which artifact a device can run;
-//! - [`runtime`]: the hot path, loading verified cubins through the driver;
-//! - [`attest`]: `kart.attest`, which blobs were proven on which GPU;
+//! The folders follow the data path, build → store → lock → remote → runtime → export:
+//! - [`build`]: `kernel.toml` and `kart.toml` ([`build::manifest`]), nvcc
+//!   ([`build::toolchain`]), the action key ([`build::key`]), one nvcc run
+//!   ([`build::compile`], [`build::process`]), and planning and running a build;
+//! - [`store`]: the content-addressed local store, `kart.lock` ([`store::lockfile`]),
+//!   the committed sidecar files ([`store::sidecar`]), crash-safe writes
+//!   ([`store::fsutil`]), and `verify`, `gc`, `ls` ([`store::maintain`]);
+//! - [`remote`]: the shared cache over HTTP or a folder, and moving artifacts between
+//!   it and the store ([`remote::transfer`]);
+//! - [`runtime`]: the hot path, loading verified cubins through the driver; which
+//!   artifact a device runs ([`runtime::resolve`]), what a cubin says about itself
+//!   ([`runtime::cubin`]), declared parameter kinds ([`runtime::signature`]);
 //! - [`export`]: a self-contained Python module of cubins and a loader;
-//! - [`tune`]: offline tuning, `kart.tune` and `best()`.
+//! - [`tune`]: offline tuning, `kart.tune` and `best()`; [`attest`]: `kart.attest`;
+//! - [`smoke`]: the whole loop on the built-in smoke kernel;
+//! - shared by all: [`workspace`] (a project with its store), [`error`], [`digest`],
+//!   [`target`], [`failpoint`].
+//!
+//! The modules that were once at the crate root are re-exported there under their old
+//! names (`kart::manifest`, `kart::lockfile`, `kart::resolve`, …), so code written
+//! against those paths keeps compiling.
 #![deny(missing_docs)]
 
 pub mod attest;
 pub mod build;
-pub mod compile;
-pub mod cubin;
 pub mod digest;
 pub mod error;
 pub mod export;
 pub mod failpoint;
-pub mod fsutil;
-pub mod key;
-pub mod lockfile;
-pub mod maintain;
-pub mod manifest;
-pub mod process;
 pub mod remote;
-pub mod resolve;
 pub mod runtime;
-pub mod signature;
 pub mod smoke;
 pub mod store;
 pub mod target;
-pub mod toolchain;
-pub mod transfer;
 pub mod tune;
+pub mod workspace;
 
+pub use build::{compile, key, manifest, process, toolchain};
 pub use error::{Error, Result};
+pub use remote::transfer;
+pub use runtime::{cubin, resolve, signature};
+pub use store::{fsutil, lockfile, maintain};

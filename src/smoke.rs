@@ -4,14 +4,14 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::compile::{CompileJob, compile};
+use crate::build::compile::{CompileJob, compile};
+use crate::build::key::ArtifactKind;
+use crate::build::manifest::{Config, Kernel};
+use crate::build::toolchain::Toolchain;
 use crate::error::{Error, IoContext, Result};
-use crate::key::ArtifactKind;
-use crate::manifest::{Config, Kernel};
-use crate::signature::ParamKind;
+use crate::runtime::signature::ParamKind;
 use crate::store::Store;
 use crate::target::TargetArch;
-use crate::toolchain::Toolchain;
 
 /// The smoke kernel's source (the same file as `kernels/smoke/smoke.cu`).
 pub const SMOKE_SOURCE: &str = include_str!("../kernels/smoke/smoke.cu");
@@ -86,7 +86,7 @@ pub fn compile_smoke_bytes(
             message: format!(
                 "the toolchain cannot compile the smoke kernel for {target}, so it would fail on every kernel: {failure}"
             ),
-            hint: Some(format!("{} (nvcc at `{}`)", crate::toolchain::SETUP_HINT, toolchain.nvcc.display())),
+            hint: Some(format!("{} (nvcc at `{}`)", crate::build::toolchain::SETUP_HINT, toolchain.nvcc.display())),
         }
     })?;
     Ok((out.bytes, out.elapsed))
@@ -157,8 +157,8 @@ pub fn run_smoke(
     use crate::runtime::Gpu;
     let mut report = SmokeReport::default();
     let toolchain = report.stage("toolchain", || {
-        crate::toolchain::refuse_hostile_env()?;
-        let path = crate::toolchain::find_nvcc(nvcc, project_root)?;
+        crate::build::toolchain::refuse_hostile_env()?;
+        let path = crate::build::toolchain::find_nvcc(nvcc, project_root)?;
         let tc = Toolchain::load(&path, &store.toolchain_cache_dir())?;
         let detail = format!("nvcc {} at {}", tc.release, tc.nvcc.display());
         Ok((tc, detail))
@@ -169,7 +169,7 @@ pub fn run_smoke(
                 "{} (compute capability {}), driver supports CUDA {}",
                 gpu.name,
                 gpu.capability,
-                crate::resolve::format_cuda_version(gpu.driver_version)
+                crate::runtime::resolve::format_cuda_version(gpu.driver_version)
             );
             Ok((Some(gpu), detail))
         }
@@ -200,7 +200,7 @@ pub fn run_smoke(
         return Ok(report);
     };
     report.gpu = Some(gpu.name.clone());
-    let artifact = crate::lockfile::LockedArtifact {
+    let artifact = crate::store::lockfile::LockedArtifact {
         kernel: "smoke".into(),
         config: Config::default(),
         target: target.to_string(),
@@ -209,9 +209,9 @@ pub fn run_smoke(
         digest: digest.clone(),
         size: verified.len() as u64,
         nvcc: toolchain.release.clone(),
-        entries: vec![crate::cubin::EntryInfo {
+        entries: vec![crate::runtime::cubin::EntryInfo {
             name: SMOKE_ENTRY.into(),
-            params: crate::cubin::param_sizes(&verified, SMOKE_ENTRY).unwrap_or_default(),
+            params: crate::runtime::cubin::param_sizes(&verified, SMOKE_ENTRY).unwrap_or_default(),
             signature: Some(SMOKE_SIGNATURE.to_vec()),
             ..Default::default()
         }],

@@ -14,11 +14,12 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::build::manifest::{Config, Kernel, ParamValue};
 use crate::error::{Error, Result};
-use crate::lockfile::{LockedArtifact, Lockfile};
-use crate::manifest::{Config, Kernel, ParamValue, SourceFile, read_text};
-use crate::resolve::{Capability, JitPolicy};
+use crate::runtime::resolve::{Capability, JitPolicy};
 use crate::runtime::{Gpu, LoadedArtifact, Runtime};
+use crate::store::lockfile::{LockedArtifact, Lockfile};
+use crate::store::sidecar::{self, BadRecord};
 
 /// The sidecar's file name, beside `kart.lock`.
 pub const TUNE_FILE: &str = "kart.tune";
@@ -67,42 +68,43 @@ pub struct TuneFile {
     pub records: Vec<TuneRecord>,
 }
 
+impl crate::store::sidecar::Sidecar for TuneFile {
+    const VERSION: u32 = TUNE_VERSION;
+    const HEADER: &'static str = HEADER;
+    const WHAT: &'static str = "tuning file";
+    const REGENERATE: &'static str = "rerun the kernels' tuning programs with this kart";
+
+    fn empty() -> TuneFile {
+        TuneFile {
+            version: TUNE_VERSION,
+            records: Vec::new(),
+        }
+    }
+
+    fn version(&self) -> u32 {
+        self.version
+    }
+
+    fn check(&self) -> std::result::Result<(), BadRecord> {
+        match self
+            .records
+            .iter()
+            .find(|r| !crate::digest::is_sha256_hex(&r.digest) || !r.median_us.is_finite())
+        {
+            Some(r) => Err(BadRecord {
+                near: r.digest.clone(),
+                message: format!("record of `{}`: bad digest or time", r.kernel),
+                hint: "rerun the tuning program, or delete the record",
+            }),
+            None => Ok(()),
+        }
+    }
+}
+
 impl TuneFile {
     /// Reads `path` (a missing file has no records); `shown` names it in messages.
     pub fn read(path: &Path, shown: &Path) -> Result<TuneFile> {
-        if !path.exists() {
-            return Ok(TuneFile {
-                version: TUNE_VERSION,
-                records: Vec::new(),
-            });
-        }
-        let text = read_text(path)?;
-        let file = SourceFile {
-            path: shown.to_path_buf(),
-            text: &text,
-        };
-        let parsed: TuneFile = file.parse()?;
-        if parsed.version != TUNE_VERSION {
-            return Err(file.error(
-                0..0,
-                format!(
-                    "tuning file version {} is not {TUNE_VERSION}",
-                    parsed.version
-                ),
-                "rerun the kernels' tuning programs with this kart",
-            ));
-        }
-        for r in &parsed.records {
-            if !crate::digest::is_sha256_hex(&r.digest) || !r.median_us.is_finite() {
-                let offset = text.find(&r.digest).unwrap_or(0);
-                return Err(file.error(
-                    offset..offset,
-                    format!("record of `{}`: bad digest or time", r.kernel),
-                    "rerun the tuning program, or delete the record",
-                ));
-            }
-        }
-        Ok(parsed)
+        sidecar::read(path, shown)
     }
 
     /// Adds records, each replacing the one of the same kernel, GPU and problem.
@@ -119,13 +121,12 @@ impl TuneFile {
 
     /// The file's text.
     pub fn to_text(&self) -> String {
-        // Plain structs of strings and numbers always serialize.
-        format!("{HEADER}{}", toml::to_string(self).unwrap_or_default())
+        sidecar::to_text(self)
     }
 
     /// Writes atomically, only if the content changed.
     pub fn write(&self, path: &Path) -> Result<bool> {
-        crate::fsutil::write_if_changed(path, &self.to_text())
+        sidecar::write(self, path)
     }
 }
 
@@ -151,7 +152,7 @@ pub fn artifact_for<'a>(
         .iter()
         .filter(|a| a.kernel == kernel && &a.config == config)
         .collect();
-    crate::lockfile::pick(&group, capability, JitPolicy::Forbid)
+    crate::store::lockfile::pick(&group, capability, JitPolicy::Forbid)
 }
 
 /// Where `best()`'s answer came from.
@@ -421,7 +422,7 @@ pub fn tune_problem(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::TuneSpec;
+    use crate::build::manifest::TuneSpec;
 
     fn problem(b: i64, s: i64, d: i64) -> Problem {
         [("B".into(), b), ("S".into(), s), ("D".into(), d)].into()
@@ -439,7 +440,7 @@ mod tests {
 
     fn setup() -> (Kernel, Lockfile) {
         let text = std::fs::read_to_string(
-            Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::lockfile::LOCK_FILE),
+            Path::new(env!("CARGO_MANIFEST_DIR")).join(crate::store::lockfile::LOCK_FILE),
         )
         .unwrap();
         let lock = Lockfile::parse(&text, Path::new("kart.lock")).unwrap();

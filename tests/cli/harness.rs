@@ -64,7 +64,8 @@ fn write_logging_nvcc() -> PathBuf {
         tmp.as_file()
             .set_permissions(std::fs::Permissions::from_mode(0o755))
             .expect("make the wrapper executable");
-        tmp.persist(&wrapper).expect("rename the wrapper into place");
+        tmp.persist(&wrapper)
+            .expect("rename the wrapper into place");
     }
     wrapper
 }

@@ -625,3 +625,85 @@ fn a_read_only_store_serves_reads_and_refuses_writes_clearly() {
     );
     assert!(!stderr(&out).contains("panicked"), "{}", text(&out));
 }
+
+#[test]
+fn completions_are_generated_by_clap_for_each_shell() {
+    let p = TestProject::new(&["sm_90"]);
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = p.ok(&["completions", shell]);
+        let script = stdout(&out);
+        assert!(
+            script.contains("kart") && script.contains("first-byte-timeout"),
+            "{shell}: {script}"
+        );
+    }
+    let out = p.kart(&["completions", "tcsh"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+}
+
+#[test]
+fn doctor_summarizes_without_a_gpu_and_reports_json() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    let out = p.ok(&["doctor"]);
+    let shown = stdout(&out);
+    assert!(shown.contains("kart.lock: 6 artifacts"), "{shown}");
+    let out = p.ok(&["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["lock_artifacts"], 6);
+    assert!(
+        report["nvcc"]["ok"]["release"]
+            .as_str()
+            .unwrap()
+            .starts_with("13.0")
+    );
+    // This machine may or may not have a GPU; with one, every artifact is accounted for.
+    for gpu in report["gpus"].as_array().unwrap() {
+        if gpu["total"].is_number() {
+            let not: u64 = gpu["not_loadable"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| r["artifacts"].as_array().unwrap().len() as u64)
+                .sum();
+            assert_eq!(gpu["loadable"].as_u64().unwrap() + not, 6, "{gpu}");
+        }
+    }
+}
+
+/// kart draws no color of its own; clap's help, the one styled output, follows
+/// `NO_COLOR` even on a terminal. `script` gives the child a pseudo-terminal.
+#[test]
+fn no_color_is_respected_on_a_terminal() {
+    if std::process::Command::new("script")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        println!("skipped: no `script` (util-linux) to make a terminal");
+        return;
+    }
+    let run = |no_color: bool| {
+        let mut cmd = std::process::Command::new("script");
+        cmd.args(["-qec"])
+            .arg(format!("{} build --help", env!("CARGO_BIN_EXE_kart")))
+            .arg("/dev/null")
+            .env_remove("NO_COLOR")
+            .env_remove("CLICOLOR_FORCE")
+            .env("TERM", "xterm-256color");
+        if no_color {
+            cmd.env("NO_COLOR", "1");
+        }
+        let out = cmd.output().unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let colored = run(false);
+    let plain = run(true);
+    assert!(
+        colored.contains('\u{1b}'),
+        "a terminal gets styled help: {colored:?}"
+    );
+    assert!(!plain.contains('\u{1b}'), "NO_COLOR=1 gets none: {plain:?}");
+    assert!(plain.contains("--timeout"), "{plain}");
+}

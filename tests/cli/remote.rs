@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestProject, stderr, text};
+use crate::harness::{TestProject, stderr, stdout, text};
 use crate::nginx::{Nginx, TOKEN};
 
 const GRID: &str = "[params]\nA = [1, 2, 3]\nB = [16, 32]\n";
@@ -390,4 +390,137 @@ fn an_enormous_content_length_is_refused_before_reading() {
     );
     assert!(t.elapsed() < Duration::from_secs(5));
     assert!(fresh.blobs().is_empty());
+}
+
+/// A server of the test's own (nginx cannot be made to hang on purpose): it accepts
+/// every connection, then either says nothing (`trickle = false`) or sends headers
+/// and then one byte a second. Connections are held open until
+/// the test ends. The trickled body has no length (it ends when the connection
+/// closes), so only the stall clock can stop it.
+fn slow_server(trickle: bool) -> u16 {
+    use std::io::{Read, Write};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for stream in listener.incoming().flatten() {
+            std::thread::spawn(move || {
+                let mut stream = stream;
+                let mut request = [0u8; 4096];
+                let _ = stream.read(&mut request);
+                if trickle {
+                    let _ = stream.write_all(b"HTTP/1.1 200 OK\r\nConnection: close\r\n\r\n");
+                    for _ in 0..600 {
+                        if stream.write_all(b"x").is_err() {
+                            return;
+                        }
+                        std::thread::sleep(Duration::from_secs(1));
+                    }
+                } else {
+                    std::thread::sleep(Duration::from_secs(600));
+                }
+            });
+        }
+    });
+    port
+}
+
+/// The time a local build of the test project takes here, for comparison.
+fn local_build_time() -> Duration {
+    let p = project("http://127.0.0.1:9/kart", true);
+    let t = Instant::now();
+    p.ok(&["build", "--no-remote"]);
+    t.elapsed()
+}
+
+fn a_slow_remote_costs_seconds(trickle: bool, expect: &str) {
+    let local = local_build_time();
+    let url = format!("http://127.0.0.1:{}/kart", slow_server(trickle));
+    let p = project(&url, true);
+    // The default clocks (3 s connect, 5 s first byte, 5 s stall): a single
+    // whole-request timeout once made this take minutes.
+    let t = Instant::now();
+    let out = p.ok(&["build"]);
+    let took = t.elapsed();
+    assert_eq!(p.compiles(), 12, "{}", text(&out));
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches("compiling locally").count(),
+        1,
+        "say it once: {err}"
+    );
+    assert!(
+        err.contains(expect)
+            && err.contains("compiling locally")
+            && err.contains(&format!("{url}/ac/"))
+            && err.contains("stops waiting on this remote"),
+        "{err}"
+    );
+    assert!(
+        took < local + Duration::from_secs(20),
+        "a slow remote cost {took:?} against {local:?} for a local build: {err}"
+    );
+
+    // fetch gives up just as fast and names what it did not fetch.
+    std::fs::remove_dir_all(p.root().join("artifacts")).unwrap();
+    let t = Instant::now();
+    let out = p.kart(&["fetch", "--first-byte-timeout", "1", "--stall-timeout", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(t.elapsed() < Duration::from_secs(20), "{}", text(&out));
+    let err = stderr(&out);
+    let expect = expect.replace("5 s", "1 s");
+    assert!(
+        err.contains(&expect) && err.contains("12 blobs of kart.lock were not fetched"),
+        "{err}"
+    );
+    assert!(p.blobs().is_empty(), "a slow fetch stored something");
+}
+
+#[test]
+fn a_silent_remote_costs_one_timeout_and_the_build_compiles_locally() {
+    a_slow_remote_costs_seconds(false, "no answer within 5 s");
+}
+
+#[test]
+fn a_remote_sending_a_byte_a_second_is_a_stalled_transfer() {
+    a_slow_remote_costs_seconds(true, "the transfer stalled");
+}
+
+#[test]
+fn remote_timeouts_are_read_from_kart_toml_and_checked() {
+    let url = format!("http://127.0.0.1:{}/kart", slow_server(false));
+    let p = project(&url, false);
+    let toml = p.read("kart.toml");
+    p.write(
+        "kart.toml",
+        &format!("{toml}first_byte_timeout = 1.5\nstall_timeout = 2\nconnect_timeout = 2\ngive_up_after = 10\n"),
+    );
+    p.ok(&["build", "--no-remote"]);
+    std::fs::remove_dir_all(p.root().join("artifacts")).unwrap();
+    let out = p.kart(&["fetch", "--json"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("no answer within 1.5 s"),
+        "{}",
+        text(&out)
+    );
+    let report: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(report["remote"], url.as_str());
+    assert_eq!(report["not_fetched"].as_array().unwrap().len(), 12);
+    assert!(
+        report["remote_error"]
+            .as_str()
+            .unwrap()
+            .contains("timed out")
+    );
+
+    p.write("kart.toml", &format!("{toml}stall_timeout = 0\n"));
+    let out = p.kart(&["fetch"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("kart.toml:") && stderr(&out).contains("`stall_timeout` must be"),
+        "{}",
+        text(&out)
+    );
+    let out = p.kart(&["fetch", "--connect-timeout", "-1"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
 }

@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::build::{BuildReporter, Planned, Workspace};
+use crate::build::manifest::{Config, Project};
 use crate::error::{Error, RemoteFailure, Result};
-use crate::lockfile::{LockedArtifact, Lockfile};
-use crate::manifest::{Config, Project};
 use crate::remote::{REMOTE_ENV, Remote, RemoteSettings, parallel_map};
-use crate::resolve::{Capability, JitPolicy};
+use crate::runtime::resolve::{Capability, JitPolicy};
 use crate::store::ActionEntry;
+use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;
+use crate::workspace::Workspace;
 
 /// Progress of a transfer, drawn by the CLI (or ignored).
 pub trait TransferReporter: Sync {
@@ -42,6 +42,14 @@ pub fn remote_settings(project: &Project, url: Option<&str>) -> Option<RemoteSet
         .map(str::to_string)
         .or_else(|| configured.map(|r| r.url.clone()))?;
     let mut settings = RemoteSettings::new(url.clone());
+    // The clocks are the project's, whichever URL is used; trust is the server's.
+    if let Some(c) = configured {
+        let t = &mut settings.timeouts;
+        t.connect = c.connect_timeout.unwrap_or(t.connect);
+        t.first_byte = c.first_byte_timeout.unwrap_or(t.first_byte);
+        t.stall = c.stall_timeout.unwrap_or(t.stall);
+        settings.give_up_after = c.give_up_after.unwrap_or(settings.give_up_after);
+    }
     if let Some(c) = configured
         && c.url.trim_end_matches('/') == url.trim_end_matches('/')
     {
@@ -76,6 +84,10 @@ pub struct FetchReport {
     pub missing: Vec<String>,
     /// Digests that failed (with why).
     pub failed: Vec<String>,
+    /// Why the remote was given up (unreachable, timed out, refusing), if it was.
+    pub remote_error: Option<String>,
+    /// Digests not fetched because the remote was given up.
+    pub not_fetched: Vec<String>,
 }
 
 /// The artifacts of `lock` to fetch: those of `kernels` (all when empty), for
@@ -102,12 +114,13 @@ pub fn fetch_selection<'a>(
     }
     groups
         .into_values()
-        .filter_map(|group| crate::lockfile::pick(&group, capability, JitPolicy::Forbid))
+        .filter_map(|group| crate::store::lockfile::pick(&group, capability, JitPolicy::Forbid))
         .collect()
 }
 
 /// Downloads every blob of `artifacts` the store lacks, verifies each against the
-/// lock's digest and size, and stores it. Stops early when the remote is unreachable.
+/// lock's digest and size, and stores it. Stops early when the remote is unreachable,
+/// times out or refuses, and says which digests it did not fetch.
 pub fn fetch(
     ws: &Workspace,
     remote: &Remote,
@@ -172,15 +185,16 @@ pub fn fetch(
             }
         }
     });
-    if let Some(e) = dead.into_inner().unwrap_or_else(|p| p.into_inner()) {
-        return Err(e);
-    }
+    report.remote_error = dead
+        .into_inner()
+        .unwrap_or_else(|p| p.into_inner())
+        .map(|e| e.with_causes());
     for ((digest, _), outcome) in todo.iter().zip(outcomes) {
         match outcome {
             Outcome::Done => report.fetched += 1,
             Outcome::Missing => report.missing.push(digest.to_string()),
             Outcome::Failed(why) => report.failed.push(why),
-            Outcome::Skipped => {}
+            Outcome::Skipped => report.not_fetched.push(digest.to_string()),
         }
     }
     report.bytes = bytes.into_inner();
@@ -308,10 +322,10 @@ pub struct Pulled {
 pub fn pull_missing(
     ws: &Workspace,
     remote: &Remote,
-    missing: &[&Planned],
+    missing: &[&str],
     lock: &Lockfile,
     entries_only: bool,
-    reporter: &dyn BuildReporter,
+    note: &(dyn Fn(&str) + Sync),
 ) -> Pulled {
     let gone = AtomicBool::new(false);
     let warned = AtomicUsize::new(0);
@@ -326,58 +340,62 @@ pub fn pull_missing(
         );
         if unreachable {
             if !gone.swap(true, Ordering::Relaxed) {
-                reporter.note(&format!(
+                note(&format!(
                     "warning: {}; compiling locally without the remote",
                     e.with_causes()
                 ));
             }
         } else if warned.fetch_add(1, Ordering::Relaxed) < 10 {
-            reporter.note(&format!("warning: {}", e.with_causes()));
+            note(&format!("warning: {}", e.with_causes()));
         }
     };
-    let found = parallel_map(missing, remote.jobs, |p| -> Option<(String, ActionEntry)> {
-        if gone.load(Ordering::Relaxed) {
-            return None;
-        }
-        let result = (|| -> Result<Option<ActionEntry>> {
-            if remote.trusted {
-                let Some(entry) = remote.get_entry(&p.key)? else {
-                    return Ok(None);
-                };
-                if !entries_only && !ws.store.has_blob(&entry.digest) {
-                    let Some(blob) = remote.get_blob(&entry.digest, Some(entry.size))? else {
+    let found = parallel_map(
+        missing,
+        remote.jobs,
+        |&key| -> Option<(String, ActionEntry)> {
+            if gone.load(Ordering::Relaxed) {
+                return None;
+            }
+            let result = (|| -> Result<Option<ActionEntry>> {
+                if remote.trusted {
+                    let Some(entry) = remote.get_entry(key)? else {
                         return Ok(None);
                     };
-                    ws.store.put_verified_blob(&entry.digest, &blob)?;
-                    blobs.fetch_add(1, Ordering::Relaxed);
+                    if !entries_only && !ws.store.has_blob(&entry.digest) {
+                        let Some(blob) = remote.get_blob(&entry.digest, Some(entry.size))? else {
+                            return Ok(None);
+                        };
+                        ws.store.put_verified_blob(&entry.digest, &blob)?;
+                        blobs.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if !entries_only {
+                        ws.store.put_entry(&entry)?;
+                    }
+                    return Ok(Some(entry));
                 }
-                if !entries_only {
-                    ws.store.put_entry(&entry)?;
+                let Some(locked) = lock.artifacts.iter().find(|a| a.key == key) else {
+                    return Ok(None);
+                };
+                if entries_only || ws.store.has_blob(&locked.digest) {
+                    return Ok(None);
                 }
-                return Ok(Some(entry));
+                let Some(blob) = remote.get_blob(&locked.digest, Some(locked.size))? else {
+                    return Ok(None);
+                };
+                ws.store.put_verified_blob(&locked.digest, &blob)?;
+                blobs.fetch_add(1, Ordering::Relaxed);
+                // The lock is the trust root: with its blob present, its entry stands.
+                Ok(None)
+            })();
+            match result {
+                Ok(entry) => entry.map(|e| (key.to_string(), e)),
+                Err(e) => {
+                    warn(&e);
+                    None
+                }
             }
-            let Some(locked) = lock.artifacts.iter().find(|a| a.key == p.key) else {
-                return Ok(None);
-            };
-            if entries_only || ws.store.has_blob(&locked.digest) {
-                return Ok(None);
-            }
-            let Some(blob) = remote.get_blob(&locked.digest, Some(locked.size))? else {
-                return Ok(None);
-            };
-            ws.store.put_verified_blob(&locked.digest, &blob)?;
-            blobs.fetch_add(1, Ordering::Relaxed);
-            // The lock is the trust root: with its blob present, its entry stands.
-            Ok(None)
-        })();
-        match result {
-            Ok(entry) => entry.map(|e| (p.key.clone(), e)),
-            Err(e) => {
-                warn(&e);
-                None
-            }
-        }
-    });
+        },
+    );
     Pulled {
         entries: found.into_iter().flatten().collect(),
         blobs: blobs.into_inner(),

@@ -10,16 +10,16 @@ use std::io::Write;
 use base64::Engine;
 use serde_json::json;
 
+use crate::build::key::ArtifactKind;
+use crate::build::manifest::{Config, ParamValue, Project};
 use crate::error::{Error, Result};
-use crate::key::ArtifactKind;
-use crate::lockfile::{LockedArtifact, Lockfile};
-use crate::manifest::{Config, ParamValue, Project};
 use crate::store::Store;
+use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;
 use crate::tune::TuneFile;
 
 /// The loader, written into every exported module.
-const LOADER: &str = include_str!("export/loader.py");
+const LOADER: &str = include_str!("loader.py");
 
 /// `KERNEL` or `KERNEL:NAME=VALUE,NAME=VALUE`: a kernel and, optionally, a partial
 /// config (every config of the lock matching it).
@@ -35,7 +35,7 @@ impl std::str::FromStr for Selector {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Selector, String> {
         let (kernel, rest) = s.split_once(':').unwrap_or((s, ""));
-        if !crate::manifest::is_c_identifier(kernel) {
+        if !crate::build::manifest::is_c_identifier(kernel) {
             return Err(format!(
                 "`{s}`: write KERNEL or KERNEL:NAME=VALUE,NAME=VALUE"
             ));

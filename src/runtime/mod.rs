@@ -7,6 +7,11 @@
 //! machine without CUDA and gets [`Error::Environment`] ("no CUDA driver") when it asks
 //! for a GPU.
 
+pub mod cubin;
+pub mod doctor;
+pub mod resolve;
+pub mod signature;
+
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::{Arc, RwLock};
@@ -15,14 +20,14 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
+use crate::build::key::ArtifactKind;
+use crate::build::manifest::{Config, Project};
 use crate::error::{Error, Result};
-use crate::key::ArtifactKind;
-use crate::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
-use crate::manifest::{Config, Project};
-use crate::resolve::{
+use crate::runtime::resolve::{
     Capability, JitPolicy, driver_branch, format_cuda_version, required_driver_version, resolve,
 };
-use crate::signature::ParamKind;
+use crate::runtime::signature::ParamKind;
+use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
 use crate::store::{LockMode, Store};
 use crate::target::TargetArch;
 
@@ -374,7 +379,7 @@ impl KernelArg {
 /// Checks launch arguments against an entry's signature, else its parameter sizes.
 pub fn check_args(
     artifact: &str,
-    entry: &crate::cubin::EntryInfo,
+    entry: &crate::runtime::cubin::EntryInfo,
     args: &[KernelArg],
 ) -> Result<()> {
     let given: Vec<&str> = args.iter().map(|a| a.kind().name()).collect();
@@ -520,10 +525,12 @@ impl Gpu {
                     hint: None,
                 })?;
         let fits = match artifact.kind {
-            ArtifactKind::Cubin => crate::resolve::cubin_fit(target, self.capability).is_some(),
+            ArtifactKind::Cubin => {
+                crate::runtime::resolve::cubin_fit(target, self.capability).is_some()
+            }
             ArtifactKind::Ptx => {
                 self.policy == JitPolicy::AllowPtx
-                    && crate::resolve::ptx_fit(target, self.capability).is_some()
+                    && crate::runtime::resolve::ptx_fit(target, self.capability).is_some()
             }
         };
         if !fits {
@@ -628,7 +635,7 @@ fn force_load(f: &CudaFunction, driver_version: i32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cubin::EntryInfo;
+    use crate::runtime::cubin::EntryInfo;
 
     #[test]
     fn launch_arguments_are_checked_against_the_signature_or_the_sizes() {

@@ -7,19 +7,31 @@
 //! Nothing a remote sends is trusted: a blob is checked against the digest it was asked
 //! for (and the size the lock gives) before anyone sees it, an action entry is
 //! validated, every body is bounded, redirects are not followed, and every name is a
-//! validated hex digest, so no answer can make kart write outside its store. Requests
-//! that time out, cannot connect or get a 5xx (or 408, 429) are retried with
-//! exponential backoff and jitter; other 4xx fail at once. The bearer token is sent
-//! as a header only and appears in no message.
+//! validated hex digest, so no answer can make kart write outside its store.
+//!
+//! Requests that cannot connect, break off or get a 5xx (or 408, 429) are retried with
+//! exponential backoff and jitter, within a time bound; other 4xx fail at once. Each
+//! request runs under three clocks ([`http::Timeouts`]); once one runs out, the remote
+//! is given up for the rest of the run (a circuit breaker): every later request fails
+//! at once, so a silent server costs one timeout, not one per artifact. The bearer
+//! token is sent as a header only and appears in no message.
 
-use std::io::Read;
+mod http;
+pub mod transfer;
+
+pub use http::{MIN_PROGRESS_BYTES, Timeouts};
+
 use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use http::{Attempt, Http, RequestParts};
 
 use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, RemoteFailure, Result};
-use crate::fsutil::write_atomic;
 use crate::store::ActionEntry;
+use crate::store::fsutil::write_atomic;
 
 /// The environment variable holding the remote's URL (overrides kart.toml).
 pub const REMOTE_ENV: &str = "KART_REMOTE";
@@ -43,34 +55,35 @@ pub struct RemoteSettings {
     pub trusted: bool,
     /// Never write to it.
     pub read_only: bool,
-    /// Per request.
-    pub timeout: Duration,
-    /// Retries after the first attempt, for timeouts, connection errors and 5xx.
+    /// The clocks of each request.
+    pub timeouts: Timeouts,
+    /// Retries after the first attempt, for connection errors, broken transfers and
+    /// 5xx (never for a timeout: that gives the remote up for the run).
     pub retries: u32,
+    /// No retry starts this long after a request's first attempt.
+    pub give_up_after: Duration,
     /// Parallel transfers (also the connection pool's size).
     pub jobs: usize,
 }
 
 impl RemoteSettings {
-    /// Settings for `url` with the defaults: untrusted, writable, 30 s, 5 retries, 16
-    /// transfers.
+    /// Settings for `url` with the defaults: untrusted, writable, the default
+    /// [`Timeouts`], 5 retries within 30 s, 16 transfers.
     pub fn new(url: impl Into<String>) -> RemoteSettings {
         RemoteSettings {
             url: url.into(),
             trusted: false,
             read_only: false,
-            timeout: Duration::from_secs(30),
+            timeouts: Timeouts::default(),
             retries: 5,
+            give_up_after: Duration::from_secs(30),
             jobs: 16,
         }
     }
 }
 
 enum Backend {
-    Http {
-        client: reqwest::blocking::Client,
-        token: Option<String>,
-    },
+    Http(Http),
     Folder(PathBuf),
 }
 
@@ -85,7 +98,38 @@ pub struct Remote {
     /// Parallel transfers.
     pub jobs: usize,
     retries: u32,
+    give_up_after: Duration,
     backend: Backend,
+    breaker: Breaker,
+}
+
+/// Trips on the first timeout of a run; every later request then fails at once.
+#[derive(Default)]
+struct Breaker {
+    tripped: AtomicBool,
+    why: Mutex<Option<String>>,
+}
+
+impl Breaker {
+    fn trip(&self, why: &str) {
+        if let Ok(mut w) = self.why.lock() {
+            w.get_or_insert_with(|| why.to_string());
+        }
+        self.tripped.store(true, Ordering::SeqCst);
+    }
+
+    fn why(&self) -> Option<String> {
+        if !self.tripped.load(Ordering::SeqCst) {
+            return None;
+        }
+        Some(
+            self.why
+                .lock()
+                .ok()
+                .and_then(|w| w.clone())
+                .unwrap_or_else(|| "it timed out".into()),
+        )
+    }
 }
 
 impl std::fmt::Debug for Remote {
@@ -97,13 +141,6 @@ impl std::fmt::Debug for Remote {
             .field("read_only", &self.read_only)
             .finish_non_exhaustive()
     }
-}
-
-/// The outcome of one HTTP attempt.
-enum Attempt {
-    Done(Option<Vec<u8>>),
-    Retry(String),
-    Fail(Error),
 }
 
 impl Remote {
@@ -121,18 +158,7 @@ impl Remote {
         let shown = strip_credentials(&base);
         let backend = match url.scheme() {
             "http" | "https" => {
-                let client = reqwest::blocking::Client::builder()
-                    .timeout(settings.timeout)
-                    .connect_timeout(settings.timeout.min(Duration::from_secs(10)))
-                    .redirect(reqwest::redirect::Policy::none())
-                    .pool_max_idle_per_host(settings.jobs.max(1))
-                    .user_agent(concat!("kart/", env!("CARGO_PKG_VERSION")))
-                    .build()
-                    .map_err(|e| bad(e.without_url().to_string()))?;
-                Backend::Http {
-                    client,
-                    token: token.filter(|t| !t.is_empty()),
-                }
+                Backend::Http(Http::new(settings.timeouts, settings.jobs, token).map_err(bad)?)
             }
             "file" => Backend::Folder(
                 url.to_file_path()
@@ -147,8 +173,16 @@ impl Remote {
             read_only: settings.read_only,
             jobs: settings.jobs.max(1),
             retries: settings.retries,
+            give_up_after: settings.give_up_after,
             backend,
+            breaker: Breaker::default(),
         })
+    }
+
+    /// Why this remote was given up for the rest of the run (a request timed out), if
+    /// it was.
+    pub fn given_up(&self) -> Option<String> {
+        self.breaker.why()
     }
 
     /// The URL, without credentials or query (safe to print).
@@ -253,7 +287,7 @@ impl Remote {
                 check_folder(root, &self.shown)?;
                 Ok(root.join(kind).join(name).is_file())
             }
-            Backend::Http { .. } => Ok(self
+            Backend::Http(_) => Ok(self
                 .http(reqwest::Method::HEAD, kind, name, None, 0)?
                 .is_some()),
         }
@@ -269,7 +303,7 @@ impl Remote {
                     Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
                     Err(e) => return Err(e).at("read", &path),
                 };
-                crate::fsutil::read_bounded(file, limit)
+                crate::store::fsutil::read_bounded(file, limit)
                     .map(Some)
                     .map_err(|why| Error::Remote {
                         url: path.display().to_string(),
@@ -278,7 +312,7 @@ impl Remote {
                         hint: Some("nothing was stored".into()),
                     })
             }
-            Backend::Http { .. } => self.http(reqwest::Method::GET, kind, name, None, limit),
+            Backend::Http(_) => self.http(reqwest::Method::GET, kind, name, None, limit),
         }
     }
 
@@ -294,7 +328,7 @@ impl Remote {
                 check_folder(root, &self.shown)?;
                 write_atomic(&root.join(kind).join(name), bytes)
             }
-            Backend::Http { .. } => self
+            Backend::Http(_) => self
                 .http(reqwest::Method::PUT, kind, name, Some(bytes), 0)
                 .map(|_| ()),
         }
@@ -309,130 +343,57 @@ impl Remote {
         body: Option<&[u8]>,
         limit: u64,
     ) -> Result<Option<Vec<u8>>> {
+        let Backend::Http(http) = &self.backend else {
+            return Err(Error::usage("not an HTTP remote", None));
+        };
         let url = format!("{}/{kind}/{name}", self.base);
         let shown = format!("{}/{kind}/{name}", self.shown);
+        let parts = RequestParts {
+            url: &url,
+            shown: &shown,
+            body,
+            limit,
+        };
+        let unreachable = |message: String| {
+            Error::Remote {
+            url: shown.clone(),
+            message,
+            failure: RemoteFailure::Unreachable,
+            hint: Some("check that the cache server is up and the URL is right (kart.toml [remote], KART_REMOTE or --remote); the timeouts are `[remote]` settings and flags (--connect-timeout, --first-byte-timeout, --stall-timeout)".into()),
+        }
+        };
+        let start = Instant::now();
         let mut attempt = 0;
         loop {
-            match self.attempt(&method, &url, &shown, body, limit) {
+            if let Some(why) = self.breaker.why() {
+                return Err(unreachable(format!(
+                    "not asked: the remote was given up for this run ({why})"
+                )));
+            }
+            match http.attempt(&method, &parts) {
                 Attempt::Done(result) => return Ok(result),
                 Attempt::Fail(e) => return Err(e),
-                Attempt::Retry(why) if attempt >= self.retries => {
-                    return Err(Error::Remote {
-                        url: shown,
-                        message: format!("{method} failed {} times: {why}", attempt + 1),
-                        failure: RemoteFailure::Unreachable,
-                        hint: Some("check that the cache server is up and the URL is right (kart.toml [remote], KART_REMOTE or --remote)".into()),
-                    });
+                Attempt::TimedOut(why) => {
+                    self.breaker.trip(&why);
+                    return Err(unreachable(format!(
+                        "{method} timed out: {why}; kart stops waiting on this remote for the rest of this run"
+                    )));
                 }
-                Attempt::Retry(_) => {
-                    std::thread::sleep(backoff(attempt));
+                Attempt::Retry(why) => {
+                    let pause = backoff(attempt);
+                    if attempt >= self.retries || start.elapsed() + pause > self.give_up_after {
+                        return Err(unreachable(format!(
+                            "{method} failed {} times in {:.1} s: {why}",
+                            attempt + 1,
+                            start.elapsed().as_secs_f64()
+                        )));
+                    }
+                    std::thread::sleep(pause);
                     attempt += 1;
                 }
             }
         }
     }
-
-    fn attempt(
-        &self,
-        method: &reqwest::Method,
-        url: &str,
-        shown: &str,
-        body: Option<&[u8]>,
-        limit: u64,
-    ) -> Attempt {
-        let Backend::Http { client, token } = &self.backend else {
-            return Attempt::Retry("not an HTTP remote".into());
-        };
-        let mut request = client.request(method.clone(), url);
-        if let Some(token) = token {
-            request = request.bearer_auth(token);
-        }
-        if let Some(body) = body {
-            request = request.body(body.to_vec());
-        }
-        let response = match request.send() {
-            Ok(r) => r,
-            // Connection refused or reset, timeouts, protocol errors: worth another try.
-            Err(e) => return Attempt::Retry(describe(e)),
-        };
-        let status = response.status();
-        let fail = |failure: RemoteFailure, message: String, hint: Option<String>| {
-            Attempt::Fail(Error::Remote {
-                url: shown.to_string(),
-                message,
-                failure,
-                hint,
-            })
-        };
-        if status.is_success() {
-            if *method != reqwest::Method::GET {
-                return Attempt::Done(Some(Vec::new()));
-            }
-            if let Some(announced) = response.content_length()
-                && announced > limit
-            {
-                return fail(
-                    RemoteFailure::Corrupt,
-                    format!("announces {announced} bytes, more than the {limit} expected"),
-                    None,
-                );
-            }
-            let mut bytes = Vec::new();
-            if let Err(e) = response.take(limit + 1).read_to_end(&mut bytes) {
-                return Attempt::Retry(format!("the transfer broke off: {e}"));
-            }
-            if bytes.len() as u64 > limit {
-                return Attempt::Fail(too_large(shown, limit));
-            }
-            return Attempt::Done(Some(bytes));
-        }
-        let code = status.as_u16();
-        match code {
-            404 => Attempt::Done(None),
-            408 | 429 | 500..=599 => Attempt::Retry(format!("{method} answered {status}")),
-            300..=399 => {
-                let to = response
-                    .headers()
-                    .get(reqwest::header::LOCATION)
-                    .and_then(|v| v.to_str().ok())
-                    .map(strip_credentials)
-                    .unwrap_or_default();
-                fail(
-                    RemoteFailure::Refused,
-                    format!(
-                        "{method} answered {status}, a redirect to `{to}`; kart does not follow redirects"
-                    ),
-                    Some("set the remote URL to the server's final address".into()),
-                )
-            }
-            401 | 403 => fail(
-                RemoteFailure::Refused,
-                format!("{method} answered {status}"),
-                Some(format!(
-                    "check the token in {TOKEN_ENV} (set: {}) and the server's permissions",
-                    if token.is_some() { "yes" } else { "no" }
-                )),
-            ),
-            _ => fail(
-                RemoteFailure::Refused,
-                format!("{method} answered {status}"),
-                None,
-            ),
-        }
-    }
-}
-
-/// A reqwest error with its causes ("connection refused"), without the URL.
-fn describe(e: reqwest::Error) -> String {
-    let e = e.without_url();
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(&e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
 }
 
 /// A digest or key that is safe to use as a file or URL path segment.
@@ -460,7 +421,7 @@ fn check_folder(root: &Path, shown: &str) -> Result<()> {
     }
 }
 
-fn too_large(shown: &str, limit: u64) -> Error {
+pub(super) fn too_large(shown: &str, limit: u64) -> Error {
     Error::Remote {
         url: shown.to_string(),
         message: format!("sent more than the {limit} bytes expected"),

@@ -5,13 +5,13 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::cubin::{EntryInfo, check_cubin, check_ptx, param_sizes, parse_resource_usage};
-use crate::key::ArtifactKind;
-use crate::manifest::{Config, Kernel};
-use crate::process::run_with_timeout;
-use crate::signature::check_signature;
+use crate::build::key::ArtifactKind;
+use crate::build::manifest::{Config, Kernel};
+use crate::build::process::run_with_timeout;
+use crate::build::toolchain::Toolchain;
+use crate::runtime::cubin::{EntryInfo, check_cubin, check_ptx, param_sizes, parse_resource_usage};
+use crate::runtime::signature::check_signature;
 use crate::target::TargetArch;
-use crate::toolchain::Toolchain;
 
 /// What to compile.
 #[derive(Clone, Copy, Debug)]
@@ -146,7 +146,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
     })?;
     // A full disk makes nvcc "succeed" with a cut-short file: say so, not that nvcc or
     // the cubin is broken.
-    let full = |why: String| match crate::fsutil::disk_full(scratch) {
+    let full = |why: String| match crate::store::fsutil::disk_full(scratch) {
         Some(full) => CompileFailure {
             summary: format!("{full} (nvcc's output was cut short)"),
             details: String::new(),

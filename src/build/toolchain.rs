@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::{Preimage, sha256_file, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::write_atomic;
+use crate::store::fsutil::write_atomic;
 
 /// The command that installs the pinned toolchain into the project.
 pub const SETUP_HINT: &str = "run `scripts/setup` to install the pinned nvcc into `.toolchain/`";

@@ -1,33 +1,30 @@
 //! `kart build`: plan every artifact, take what the store has, compile the rest in
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
-use std::collections::BTreeMap;
+pub mod compile;
+pub mod key;
+pub mod manifest;
+mod plan;
+pub mod process;
+pub mod toolchain;
+
+pub use plan::{Planned, Selection};
+
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::compile::{CompileFailure, CompileJob, compile};
+use crate::build::compile::{CompileFailure, CompileJob, compile};
+use crate::build::key::diff_preimages;
+use crate::build::manifest::{ParamValue, Project};
+use crate::build::toolchain::Toolchain;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
-use crate::key::{ArtifactKind, action_key, action_preimage, diff_preimages, kernel_input_files};
-use crate::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, describe, lock_path};
-use crate::manifest::{Config, Kernel, ParamValue, Project};
 use crate::smoke;
-use crate::store::{ActionEntry, ENTRY_FORMAT, LockMode, Store};
-use crate::target::TargetArch;
-use crate::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
-
-/// Which artifacts a command is about. Empty lists mean "all".
-#[derive(Clone, Debug, Default)]
-pub struct Selection {
-    /// Kernel names.
-    pub kernels: Vec<String>,
-    /// `NAME=VALUE` filters on params.
-    pub params: BTreeMap<String, ParamValue>,
-    /// Targets.
-    pub targets: Vec<TargetArch>,
-}
+use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
+use crate::store::{ActionEntry, ENTRY_FORMAT};
+pub use crate::workspace::Workspace;
 
 /// One slice of a sharded build: `index` of `count` (1-based, as written: `--shard 2/4`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -70,7 +67,7 @@ pub struct BuildOptions {
     /// How long to wait for another process's exclusive hold of the store.
     pub lock_timeout: Duration,
     /// The remote cache to read through (and, with `push`, write through).
-    pub remote: Option<crate::transfer::SharedRemote>,
+    pub remote: Option<crate::remote::transfer::SharedRemote>,
     /// Upload what the selection built or took to the remote.
     pub push: bool,
     /// Take a trusted remote's action entries without their blobs (a CI merge job
@@ -130,200 +127,6 @@ pub struct BuildSummary {
     pub lock_entries: (usize, usize),
 }
 
-/// One artifact of the project with its action key.
-#[derive(Clone, Debug)]
-pub struct Planned {
-    /// Index into `project.kernels`.
-    pub kernel: usize,
-    /// The config.
-    pub config: Config,
-    /// The target.
-    pub target: TargetArch,
-    /// cubin or PTX.
-    pub kind: ArtifactKind,
-    /// Every input.
-    pub preimage: Preimage,
-    /// Its digest.
-    pub key: String,
-}
-
-impl Planned {
-    fn describe(&self, project: &Project) -> String {
-        describe(
-            &project.kernels[self.kernel].name,
-            &self.config,
-            &self.target.to_string(),
-            self.kind,
-        )
-    }
-
-    fn sort_key<'a>(&'a self, project: &'a Project) -> (&'a str, &'a Config, String, ArtifactKind) {
-        (
-            &project.kernels[self.kernel].name,
-            &self.config,
-            self.target.to_string(),
-            self.kind,
-        )
-    }
-}
-
-/// A project with its store and toolchain, ready for any command.
-pub struct Workspace {
-    /// The project.
-    pub project: Project,
-    /// The store, held shared (or exclusive).
-    pub store: Store,
-}
-
-impl Workspace {
-    /// Opens the store of `project`.
-    pub fn open(project: Project, mode: LockMode, lock_timeout: Duration) -> Result<Workspace> {
-        let store = Store::open(&project.store_dir, mode, lock_timeout)?;
-        Ok(Workspace { project, store })
-    }
-
-    /// Finds and fingerprints nvcc, and checks its release against `kart.toml`.
-    pub fn toolchain(&self, nvcc: Option<&Path>) -> Result<Toolchain> {
-        refuse_hostile_env()?;
-        let path = find_nvcc(nvcc, &self.project.root)?;
-        let toolchain = Toolchain::load(&path, &self.store.toolchain_cache_dir())?;
-        toolchain.check_release(self.project.nvcc_release.as_deref())?;
-        Ok(toolchain)
-    }
-
-    /// The lock, or an empty one.
-    pub fn lock(&self) -> Result<Lockfile> {
-        Ok(
-            Lockfile::read(&lock_path(&self.project.root), Path::new(LOCK_FILE))?
-                .unwrap_or_default(),
-        )
-    }
-
-    /// Every artifact of the project (sorted as in the lock) with its action key.
-    pub fn plan(&self, toolchain: &Toolchain) -> Result<Vec<Planned>> {
-        let project = &self.project;
-        let mut planned = Vec::new();
-        for (index, kernel) in project.kernels.iter().enumerate() {
-            for target in &kernel.targets {
-                if !toolchain.supports(target) {
-                    return Err(Error::usage(
-                        format!(
-                            "target {target} of kernel `{}` is not supported by nvcc {}",
-                            kernel.name, toolchain.release
-                        ),
-                        Some(format!(
-                            "remove it from `targets` ({} or kart.toml); this nvcc supports {}",
-                            kernel.manifest.display(),
-                            toolchain.gpu_codes.join(" ")
-                        )),
-                    ));
-                }
-            }
-            let files = kernel_input_files(&project.root, kernel)?;
-            let mut configs = kernel.configs();
-            configs.sort();
-            for config in configs {
-                for &target in &kernel.targets {
-                    let kinds: &[ArtifactKind] = if kernel.ptx {
-                        &[ArtifactKind::Cubin, ArtifactKind::Ptx]
-                    } else {
-                        &[ArtifactKind::Cubin]
-                    };
-                    for &kind in kinds {
-                        let preimage =
-                            action_preimage(toolchain, kernel, &config, target, kind, &files);
-                        let key = action_key(&preimage);
-                        planned.push(Planned {
-                            kernel: index,
-                            config: config.clone(),
-                            target,
-                            kind,
-                            preimage,
-                            key,
-                        });
-                    }
-                }
-            }
-        }
-        planned.sort_by(|a, b| a.sort_key(project).cmp(&b.sort_key(project)));
-        Ok(planned)
-    }
-
-    /// The planned artifacts the selection names; an error if it names something that
-    /// does not exist or matches nothing.
-    pub fn select<'a>(
-        &self,
-        planned: &'a [Planned],
-        selection: &Selection,
-    ) -> Result<Vec<&'a Planned>> {
-        let project = &self.project;
-        for name in &selection.kernels {
-            project.kernel(name)?;
-        }
-        let in_kernels =
-            |k: &Kernel| selection.kernels.is_empty() || selection.kernels.contains(&k.name);
-        for name in selection.params.keys() {
-            if !project
-                .kernels
-                .iter()
-                .filter(|k| in_kernels(k))
-                .any(|k| k.params.contains_key(name))
-            {
-                return Err(Error::usage(
-                    format!("no selected kernel has a param `{name}`"),
-                    None,
-                ));
-            }
-        }
-        for target in &selection.targets {
-            if !project
-                .kernels
-                .iter()
-                .filter(|k| in_kernels(k))
-                .any(|k| k.targets.contains(target))
-            {
-                return Err(Error::usage(
-                    format!("no selected kernel is built for {target}"),
-                    Some(format!(
-                        "add \"{target}\" to `targets` in kart.toml or the kernel's kernel.toml, then run `kart build --target {target}`"
-                    )),
-                ));
-            }
-        }
-        let chosen: Vec<&Planned> = planned
-            .iter()
-            .filter(|p| {
-                let kernel = &project.kernels[p.kernel];
-                in_kernels(kernel)
-                    && (selection.targets.is_empty() || selection.targets.contains(&p.target))
-                    && selection.params.iter().all(|(n, v)| {
-                        !kernel.params.contains_key(n) || p.config.0.get(n) == Some(v)
-                    })
-            })
-            .collect();
-        if chosen.is_empty() {
-            return Err(Error::usage(
-                "the selection matches no artifact",
-                Some("check the values given with -p against the kernel's [params]".into()),
-            ));
-        }
-        Ok(chosen)
-    }
-
-    /// The action entry of a key whose blob is in the store, if both are. An unreadable
-    /// entry is reported and counts as absent.
-    pub fn stored_entry(&self, key: &str, reporter: &dyn BuildReporter) -> Option<ActionEntry> {
-        match self.store.get_entry(key) {
-            Ok(Some(entry)) if self.store.has_blob(&entry.digest) => Some(entry),
-            Ok(_) => None,
-            Err(e) => {
-                reporter.note(&format!("warning: {e} (quarantined; it will be rebuilt)"));
-                None
-            }
-        }
-    }
-}
-
 /// Runs `kart build` in `workspace`.
 pub fn build(
     ws: &Workspace,
@@ -371,17 +174,18 @@ pub fn build(
             to_compile.push(*p);
         }
     }
-    let mut pulled = crate::transfer::Pulled::default();
+    let mut pulled = crate::remote::transfer::Pulled::default();
     if let Some(remote) = &options.remote
         && !to_compile.is_empty()
     {
-        pulled = crate::transfer::pull_missing(
+        let keys: Vec<&str> = to_compile.iter().map(|p| p.key.as_str()).collect();
+        pulled = crate::remote::transfer::pull_missing(
             ws,
             remote,
-            &to_compile,
+            &keys,
             &old_lock,
             options.entries_only,
-            reporter,
+            &|message| reporter.note(message),
         );
         to_compile.retain(|p| !pulled.entries.contains_key(&p.key) && !locked_here(p));
     }
@@ -420,7 +224,8 @@ pub fn build(
             .iter()
             .map(|e| (e.key.as_str(), e.digest.as_str()))
             .collect();
-        let report = crate::transfer::push_keys(ws, remote, &keys, &crate::transfer::Quiet)?;
+        let report =
+            crate::remote::transfer::push_keys(ws, remote, &keys, &crate::remote::transfer::Quiet)?;
         summary.pushed = report.blobs_uploaded;
     }
     if options.shard.is_none() {

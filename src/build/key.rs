@@ -9,11 +9,11 @@ use std::path::Path;
 
 use serde::{Deserialize, Serialize};
 
+use crate::build::manifest::{Config, KERNEL_FILE, Kernel};
+use crate::build::toolchain::{Toolchain, collect_files};
 use crate::digest::{Preimage, sha256_file};
 use crate::error::Result;
-use crate::manifest::{Config, KERNEL_FILE, Kernel};
 use crate::target::TargetArch;
-use crate::toolchain::{Toolchain, collect_files};
 
 /// Bump when anything about the key's inputs or encoding changes: every key changes
 /// with it, so every artifact is rebuilt (or fetched) once.
@@ -175,7 +175,7 @@ fn short(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::manifest::ParamValue;
+    use crate::build::manifest::ParamValue;
 
     fn fixture() -> (Toolchain, Kernel) {
         let mut components = Preimage::default();

@@ -19,18 +19,23 @@
 //! Every write is a temp file in the destination folder, synced, then renamed, so a
 //! crash leaves no partial file under a real name; leftovers are swept on open.
 
+pub mod fsutil;
+pub mod lockfile;
+pub mod maintain;
+pub mod sidecar;
+
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cubin::EntryInfo;
+use crate::build::key::ArtifactKind;
+use crate::build::manifest::Config;
 use crate::digest::{Preimage, is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::fsutil::{read_bounded, sweep_temp_files, write_atomic};
-use crate::key::ArtifactKind;
-use crate::manifest::Config;
+use crate::runtime::cubin::EntryInfo;
+use crate::store::fsutil::{read_bounded, sweep_temp_files, write_atomic};
 
 /// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes
 /// incompatibly; old folders are then simply ignored.
@@ -210,7 +215,7 @@ impl Store {
     pub fn scratch_dir(&self) -> Result<tempfile::TempDir> {
         let base = self.dir.join("tmp");
         tempfile::Builder::new()
-            .prefix(crate::fsutil::TEMP_PREFIX)
+            .prefix(crate::store::fsutil::TEMP_PREFIX)
             .tempdir_in(&base)
             .at("create a scratch folder in", &base)
     }

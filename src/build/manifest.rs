@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
+use std::time::Duration;
 
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
@@ -88,6 +89,15 @@ pub struct RemoteConfig {
     pub trusted: bool,
     /// Never write to it.
     pub read_only: bool,
+    /// How long to wait for a connection (`connect_timeout`, seconds).
+    pub connect_timeout: Option<std::time::Duration>,
+    /// How long to wait for the first byte of an answer (`first_byte_timeout`).
+    pub first_byte_timeout: Option<std::time::Duration>,
+    /// How long a transfer may move less than 1 KiB before it counts as stalled
+    /// (`stall_timeout`).
+    pub stall_timeout: Option<std::time::Duration>,
+    /// How long one request keeps retrying failures worth retrying (`give_up_after`).
+    pub give_up_after: Option<std::time::Duration>,
 }
 
 /// A parsed and validated kernel.
@@ -118,7 +128,7 @@ pub struct Kernel {
     /// Partial assignments never built.
     pub exclude: Vec<BTreeMap<String, ParamValue>>,
     /// Declared parameter kinds per entry (`[signature]`), checked against the cubin.
-    pub signature: BTreeMap<String, Vec<crate::signature::ParamKind>>,
+    pub signature: BTreeMap<String, Vec<crate::runtime::signature::ParamKind>>,
     /// The config to use when nothing better is known (`default = { … }`): exported by
     /// default, and `best()`'s answer on a GPU with no tuning record.
     pub default: Option<Config>,
@@ -238,11 +248,34 @@ impl Project {
                 "list at least one target, for example `targets = [\"sm_90\"]`",
             ));
         }
-        let remote = raw.remote.map(|r| RemoteConfig {
-            url: r.url,
-            trusted: r.trusted,
-            read_only: r.read_only,
-        });
+        let remote = match raw.remote {
+            None => None,
+            Some(r) => {
+                let seconds = |v: &Option<Spanned<f64>>, name: &str| -> Result<Option<Duration>> {
+                    let Some(v) = v else { return Ok(None) };
+                    let secs = *v.get_ref();
+                    if !(secs > 0.0 && secs <= 86_400.0) {
+                        return Err(file.error(
+                            v.span(),
+                            format!(
+                                "`{name}` must be a number of seconds above 0 (and at most a day)"
+                            ),
+                            format!("for example `{name} = 5`"),
+                        ));
+                    }
+                    Ok(Some(Duration::from_secs_f64(secs)))
+                };
+                Some(RemoteConfig {
+                    connect_timeout: seconds(&r.connect_timeout, "connect_timeout")?,
+                    first_byte_timeout: seconds(&r.first_byte_timeout, "first_byte_timeout")?,
+                    stall_timeout: seconds(&r.stall_timeout, "stall_timeout")?,
+                    give_up_after: seconds(&r.give_up_after, "give_up_after")?,
+                    url: r.url,
+                    trusted: r.trusted,
+                    read_only: r.read_only,
+                })
+            }
+        };
         let nvcc_release = raw.toolchain.and_then(|t| t.nvcc);
 
         let mut kernels = Vec::new();
@@ -300,6 +333,7 @@ impl Project {
 
 /// Loads one kernel manifest; `dir` is relative to `root`.
 pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> Result<Kernel> {
+    // Parsing: the file's text into typed, spanned fields (syntax and types only).
     let manifest = dir.join(KERNEL_FILE);
     let text = read_text(&root.join(&manifest))?;
     let file = SourceFile {
@@ -307,8 +341,54 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         text: &text,
     };
     let raw: RawKernel = file.parse()?;
-    let abs_dir = root.join(dir);
+    // Validation: each field against the rules and the file system, in order, every
+    // error pointing at the field's line and column.
+    let at = KernelDir {
+        root,
+        dir,
+        abs_dir: root.join(dir),
+    };
+    let name = kernel_name(&file, &raw)?;
+    let sources = sources(&file, &raw, &at)?;
+    let include = includes(&file, &raw, &at)?;
+    let entry = entries(&file, &raw)?;
+    let targets = targets(&file, &raw, default_targets)?;
+    let flags = flags(&file, &raw)?;
+    let defines = defines(&file, &raw)?;
+    let params = params(&file, &raw, &defines)?;
+    let exclude = excludes(&file, &raw, &params)?;
+    let signature = signature(&file, &raw, &entry)?;
+    let mut kernel = Kernel {
+        name,
+        dir: dir.to_path_buf(),
+        manifest,
+        sources,
+        include,
+        entry,
+        targets,
+        flags,
+        defines,
+        ptx: raw.ptx,
+        params,
+        exclude,
+        signature,
+        default: None,
+        tune: None,
+    };
+    kernel.tune = tune_spec(&file, &raw, &kernel)?;
+    kernel.default = default_config(&file, &raw, &kernel)?;
+    Ok(kernel)
+}
 
+/// Where a kernel lives: the project root, its folder relative to it, and absolute.
+struct KernelDir<'a> {
+    root: &'a Path,
+    dir: &'a Path,
+    abs_dir: PathBuf,
+}
+
+/// `name`: a C identifier.
+fn kernel_name(file: &SourceFile<'_>, raw: &RawKernel) -> Result<String> {
     let name = raw.name.get_ref().clone();
     if !is_c_identifier(&name) {
         return Err(file.error(
@@ -318,6 +398,12 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         ));
     }
 
+    Ok(name)
+}
+
+/// `sources`: at least one, each a file inside the kernel's folder.
+fn sources(file: &SourceFile<'_>, raw: &RawKernel, at: &KernelDir<'_>) -> Result<Vec<PathBuf>> {
+    let (root, dir, abs_dir) = (at.root, at.dir, &at.abs_dir);
     if raw.sources.get_ref().is_empty() {
         return Err(file.error(
             raw.sources.span(),
@@ -327,7 +413,7 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
     }
     let mut sources = Vec::new();
     for s in raw.sources.get_ref() {
-        let p = file.inside_root(root, &abs_dir, s, "source")?;
+        let p = file.inside_root(root, abs_dir, s, "source")?;
         if !p.starts_with(dir) || p == dir {
             return Err(file.error(
                 s.span(),
@@ -348,9 +434,15 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         sources.push(p);
     }
 
+    Ok(sources)
+}
+
+/// `include`: folders inside the project.
+fn includes(file: &SourceFile<'_>, raw: &RawKernel, at: &KernelDir<'_>) -> Result<Vec<PathBuf>> {
+    let (root, dir, abs_dir) = (at.root, at.dir, &at.abs_dir);
     let mut include = Vec::new();
     for s in &raw.include {
-        let p = file.inside_root(root, &abs_dir, s, "include folder")?;
+        let p = file.inside_root(root, abs_dir, s, "include folder")?;
         if !root.join(&p).is_dir() {
             return Err(file.error(
                 s.span(),
@@ -364,6 +456,11 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         include.push(p);
     }
 
+    Ok(include)
+}
+
+/// `entry`: at least one, each an `extern "C"` symbol name.
+fn entries(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Vec<String>> {
     if raw.entry.get_ref().is_empty() {
         return Err(file.error(
             raw.entry.span(),
@@ -383,6 +480,15 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         entry.push(e.get_ref().clone());
     }
 
+    Ok(entry)
+}
+
+/// `targets`: the kernel's own, else the project's.
+fn targets(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    default_targets: &[TargetArch],
+) -> Result<Vec<TargetArch>> {
     let targets = match &raw.targets {
         Some(t) => {
             let targets = file.targets(t)?;
@@ -398,6 +504,11 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         None => default_targets.to_vec(),
     };
 
+    Ok(targets)
+}
+
+/// `flags`: none that kart sets itself.
+fn flags(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Vec<String>> {
     let mut flags = Vec::new();
     for f in &raw.flags {
         if let Some(reason) = reserved_flag(f.get_ref()) {
@@ -410,6 +521,11 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         flags.push(f.get_ref().clone());
     }
 
+    Ok(flags)
+}
+
+/// `defines`: names and values.
+fn defines(file: &SourceFile<'_>, raw: &RawKernel) -> Result<BTreeMap<String, ParamValue>> {
     let mut defines = BTreeMap::new();
     for (k, v) in &raw.defines {
         file.check_name(k.get_ref(), k.span(), "define")?;
@@ -417,6 +533,15 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         defines.insert(k.get_ref().clone(), value);
     }
 
+    Ok(defines)
+}
+
+/// `[params]`: the grid; no name both a param and a define, no empty or repeated values.
+fn params(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    defines: &BTreeMap<String, ParamValue>,
+) -> Result<BTreeMap<String, Vec<ParamValue>>> {
     let mut params = BTreeMap::new();
     for (k, values) in &raw.params {
         file.check_name(k.get_ref(), k.span(), "param")?;
@@ -449,6 +574,15 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         params.insert(k.get_ref().clone(), list);
     }
 
+    Ok(params)
+}
+
+/// `[[exclude]]`: partial assignments of values the grid has.
+fn excludes(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    params: &BTreeMap<String, Vec<ParamValue>>,
+) -> Result<Vec<BTreeMap<String, ParamValue>>> {
     let mut exclude = Vec::new();
     for e in &raw.exclude {
         if e.get_ref().is_empty() {
@@ -486,6 +620,15 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         exclude.push(partial);
     }
 
+    Ok(exclude)
+}
+
+/// `[signature]`: parameter kinds of declared entries.
+fn signature(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    entry: &[String],
+) -> Result<BTreeMap<String, Vec<crate::runtime::signature::ParamKind>>> {
     let mut signature = BTreeMap::new();
     for (e, kinds) in &raw.signature {
         if !entry.contains(e.get_ref()) {
@@ -502,7 +645,7 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         for k in kinds.get_ref() {
             let kind = k
                 .get_ref()
-                .parse::<crate::signature::ParamKind>()
+                .parse::<crate::runtime::signature::ParamKind>()
                 .map_err(|why| {
                     file.error(
                         k.span(),
@@ -515,47 +658,44 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         signature.insert(e.get_ref().clone(), list);
     }
 
-    let mut kernel = Kernel {
-        name,
-        dir: dir.to_path_buf(),
-        manifest,
-        sources,
-        include,
-        entry,
-        targets,
-        flags,
-        defines,
-        ptx: raw.ptx,
-        params,
-        exclude,
-        signature,
-        default: None,
-        tune: None,
+    Ok(signature)
+}
+
+/// `[tune]`: exact params mapped to problem keys, nearest keys, the program.
+fn tune_spec(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<Option<TuneSpec>> {
+    let Some(t) = &raw.tune else {
+        return Ok(None);
     };
-    if let Some(t) = &raw.tune {
-        let mut spec = TuneSpec::default();
-        for (param, key) in &t.exact {
-            if !kernel.params.contains_key(param.get_ref()) {
-                return Err(file.error(
-                    param.span(),
-                    format!(
-                        "`[tune] exact` names `{}`, which is not a param",
-                        param.get_ref()
-                    ),
-                    "map each exact param to the problem key it must equal: HEAD_DIM = \"D\"",
-                ));
-            }
-            file.check_name(key.get_ref(), key.span(), "problem key")?;
-            spec.exact
-                .insert(param.get_ref().clone(), key.get_ref().clone());
+    let mut spec = TuneSpec::default();
+    for (param, key) in &t.exact {
+        if !kernel.params.contains_key(param.get_ref()) {
+            return Err(file.error(
+                param.span(),
+                format!(
+                    "`[tune] exact` names `{}`, which is not a param",
+                    param.get_ref()
+                ),
+                "map each exact param to the problem key it must equal: HEAD_DIM = \"D\"",
+            ));
         }
-        for key in &t.nearest {
-            file.check_name(key.get_ref(), key.span(), "problem key")?;
-            spec.nearest.push(key.get_ref().clone());
-        }
-        spec.program = t.program.clone();
-        kernel.tune = Some(spec);
+        file.check_name(key.get_ref(), key.span(), "problem key")?;
+        spec.exact
+            .insert(param.get_ref().clone(), key.get_ref().clone());
     }
+    for key in &t.nearest {
+        file.check_name(key.get_ref(), key.span(), "problem key")?;
+        spec.nearest.push(key.get_ref().clone());
+    }
+    spec.program = t.program.clone();
+    Ok(Some(spec))
+}
+
+/// The grid is not empty, and `default` is one of its configs.
+fn default_config(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    kernel: &Kernel,
+) -> Result<Option<Config>> {
     let configs = kernel.configs();
     if configs.is_empty() {
         return Err(file.error(
@@ -583,9 +723,9 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
                 "name one value of every param, a combination the grid builds",
             ));
         }
-        kernel.default = Some(config);
+        return Ok(Some(config));
     }
-    Ok(kernel)
+    Ok(None)
 }
 
 /// Why a flag cannot be given in `flags`, if it cannot.
@@ -820,6 +960,10 @@ struct RawRemote {
     trusted: bool,
     #[serde(default)]
     read_only: bool,
+    connect_timeout: Option<Spanned<f64>>,
+    first_byte_timeout: Option<Spanned<f64>>,
+    stall_timeout: Option<Spanned<f64>>,
+    give_up_after: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]

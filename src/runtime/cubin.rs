@@ -32,7 +32,7 @@ pub struct EntryInfo {
     /// The declared kinds of the parameters (`kernel.toml` `[signature]`), checked
     /// against `params` at build time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<Vec<crate::signature::ParamKind>>,
+    pub signature: Option<Vec<crate::runtime::signature::ParamKind>>,
 }
 
 /// What a cubin says about itself.

@@ -7,11 +7,11 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::cubin::EntryInfo;
+use crate::build::key::ArtifactKind;
+use crate::build::manifest::{Config, SourceFile, read_text};
 use crate::digest::is_sha256_hex;
 use crate::error::Result;
-use crate::key::ArtifactKind;
-use crate::manifest::{Config, SourceFile, read_text};
+use crate::runtime::cubin::EntryInfo;
 use crate::target::TargetArch;
 
 /// The lock's file name, beside `kart.toml`.
@@ -63,14 +63,14 @@ impl LockedArtifact {
 /// under `policy` (the runtime's resolution rules), if any.
 pub fn pick<'a>(
     group: &[&'a LockedArtifact],
-    capability: crate::resolve::Capability,
-    policy: crate::resolve::JitPolicy,
+    capability: crate::runtime::resolve::Capability,
+    policy: crate::runtime::resolve::JitPolicy,
 ) -> Option<&'a LockedArtifact> {
     let available: Vec<(TargetArch, ArtifactKind)> = group
         .iter()
         .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
         .collect();
-    let (target, kind) = crate::resolve::resolve(capability, &available, policy)?;
+    let (target, kind) = crate::runtime::resolve::resolve(capability, &available, policy)?;
     group
         .iter()
         .copied()
@@ -185,7 +185,7 @@ impl Lockfile {
 
     /// Writes the lock atomically, only if its content changed.
     pub fn write(&self, path: &Path) -> Result<bool> {
-        crate::fsutil::write_if_changed(path, &self.to_text())
+        crate::store::fsutil::write_if_changed(path, &self.to_text())
     }
 
     /// The artifact with this identity.
@@ -212,8 +212,8 @@ pub fn lock_path(root: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::build::manifest::ParamValue;
     use crate::error::Error;
-    use crate::manifest::ParamValue;
 
     fn artifact(kernel: &str, block: i64) -> LockedArtifact {
         LockedArtifact {

@@ -6,12 +6,12 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::build::Workspace;
-use crate::compile::{CompileJob, compile};
+use crate::build::compile::{CompileJob, compile};
+use crate::build::manifest::Config;
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
-use crate::lockfile::LockedArtifact;
-use crate::manifest::Config;
+use crate::store::lockfile::LockedArtifact;
+use crate::workspace::Workspace;
 
 /// What `kart verify` found.
 #[derive(Debug, Default, Serialize)]

@@ -1,0 +1,189 @@
+//! Planning: every artifact of the project with its action key, and the part of them a
+//! command selects.
+
+use std::collections::BTreeMap;
+
+use crate::build::BuildReporter;
+use crate::build::key::{ArtifactKind, action_key, action_preimage, kernel_input_files};
+use crate::build::manifest::{Config, Kernel, ParamValue, Project};
+use crate::build::toolchain::Toolchain;
+use crate::digest::Preimage;
+use crate::error::{Error, Result};
+use crate::store::ActionEntry;
+use crate::store::lockfile::describe;
+use crate::target::TargetArch;
+use crate::workspace::Workspace;
+
+/// Which artifacts a command is about. Empty lists mean "all".
+#[derive(Clone, Debug, Default)]
+pub struct Selection {
+    /// Kernel names.
+    pub kernels: Vec<String>,
+    /// `NAME=VALUE` filters on params.
+    pub params: BTreeMap<String, ParamValue>,
+    /// Targets.
+    pub targets: Vec<TargetArch>,
+}
+
+/// One artifact of the project with its action key.
+#[derive(Clone, Debug)]
+pub struct Planned {
+    /// Index into `project.kernels`.
+    pub kernel: usize,
+    /// The config.
+    pub config: Config,
+    /// The target.
+    pub target: TargetArch,
+    /// cubin or PTX.
+    pub kind: ArtifactKind,
+    /// Every input.
+    pub preimage: Preimage,
+    /// Its digest.
+    pub key: String,
+}
+
+impl Planned {
+    pub(crate) fn describe(&self, project: &Project) -> String {
+        describe(
+            &project.kernels[self.kernel].name,
+            &self.config,
+            &self.target.to_string(),
+            self.kind,
+        )
+    }
+
+    fn sort_key<'a>(&'a self, project: &'a Project) -> (&'a str, &'a Config, String, ArtifactKind) {
+        (
+            &project.kernels[self.kernel].name,
+            &self.config,
+            self.target.to_string(),
+            self.kind,
+        )
+    }
+}
+
+impl Workspace {
+    /// Every artifact of the project (sorted as in the lock) with its action key.
+    pub fn plan(&self, toolchain: &Toolchain) -> Result<Vec<Planned>> {
+        let project = &self.project;
+        let mut planned = Vec::new();
+        for (index, kernel) in project.kernels.iter().enumerate() {
+            for target in &kernel.targets {
+                if !toolchain.supports(target) {
+                    return Err(Error::usage(
+                        format!(
+                            "target {target} of kernel `{}` is not supported by nvcc {}",
+                            kernel.name, toolchain.release
+                        ),
+                        Some(format!(
+                            "remove it from `targets` ({} or kart.toml); this nvcc supports {}",
+                            kernel.manifest.display(),
+                            toolchain.gpu_codes.join(" ")
+                        )),
+                    ));
+                }
+            }
+            let files = kernel_input_files(&project.root, kernel)?;
+            let mut configs = kernel.configs();
+            configs.sort();
+            for config in configs {
+                for &target in &kernel.targets {
+                    let kinds: &[ArtifactKind] = if kernel.ptx {
+                        &[ArtifactKind::Cubin, ArtifactKind::Ptx]
+                    } else {
+                        &[ArtifactKind::Cubin]
+                    };
+                    for &kind in kinds {
+                        let preimage =
+                            action_preimage(toolchain, kernel, &config, target, kind, &files);
+                        let key = action_key(&preimage);
+                        planned.push(Planned {
+                            kernel: index,
+                            config: config.clone(),
+                            target,
+                            kind,
+                            preimage,
+                            key,
+                        });
+                    }
+                }
+            }
+        }
+        planned.sort_by(|a, b| a.sort_key(project).cmp(&b.sort_key(project)));
+        Ok(planned)
+    }
+
+    /// The planned artifacts the selection names; an error if it names something that
+    /// does not exist or matches nothing.
+    pub fn select<'a>(
+        &self,
+        planned: &'a [Planned],
+        selection: &Selection,
+    ) -> Result<Vec<&'a Planned>> {
+        let project = &self.project;
+        for name in &selection.kernels {
+            project.kernel(name)?;
+        }
+        let in_kernels =
+            |k: &Kernel| selection.kernels.is_empty() || selection.kernels.contains(&k.name);
+        for name in selection.params.keys() {
+            if !project
+                .kernels
+                .iter()
+                .filter(|k| in_kernels(k))
+                .any(|k| k.params.contains_key(name))
+            {
+                return Err(Error::usage(
+                    format!("no selected kernel has a param `{name}`"),
+                    None,
+                ));
+            }
+        }
+        for target in &selection.targets {
+            if !project
+                .kernels
+                .iter()
+                .filter(|k| in_kernels(k))
+                .any(|k| k.targets.contains(target))
+            {
+                return Err(Error::usage(
+                    format!("no selected kernel is built for {target}"),
+                    Some(format!(
+                        "add \"{target}\" to `targets` in kart.toml or the kernel's kernel.toml, then run `kart build --target {target}`"
+                    )),
+                ));
+            }
+        }
+        let chosen: Vec<&Planned> = planned
+            .iter()
+            .filter(|p| {
+                let kernel = &project.kernels[p.kernel];
+                in_kernels(kernel)
+                    && (selection.targets.is_empty() || selection.targets.contains(&p.target))
+                    && selection.params.iter().all(|(n, v)| {
+                        !kernel.params.contains_key(n) || p.config.0.get(n) == Some(v)
+                    })
+            })
+            .collect();
+        if chosen.is_empty() {
+            return Err(Error::usage(
+                "the selection matches no artifact",
+                Some("check the values given with -p against the kernel's [params]".into()),
+            ));
+        }
+        Ok(chosen)
+    }
+
+    /// The action entry of a key whose blob is in the store, if both are. An unreadable
+    /// entry is reported and counts as absent.
+    pub fn stored_entry(&self, key: &str, reporter: &dyn BuildReporter) -> Option<ActionEntry> {
+        match self.store.get_entry(key) {
+            Ok(Some(entry)) if self.store.has_blob(&entry.digest) => Some(entry),
+            Ok(_) => None,
+            Err(e) => {
+                reporter.note(&format!("warning: {e} (quarantined; it will be rebuilt)"));
+                None
+            }
+        }
+    }
+}

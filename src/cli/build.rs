@@ -1,0 +1,133 @@
+//! `kart build`.
+
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use kart::build::compile::CompileFailure;
+use kart::build::{BuildOptions, BuildReporter, Selection, build};
+use kart::error::{Error, Result};
+use kart::workspace::Workspace;
+
+use super::progress::{CliReporter, build_bar};
+use super::{BuildArgs, Cli, open_remote};
+
+/// `kart build`.
+pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
+    let start = Instant::now();
+    let mut options = BuildOptions {
+        selection: Selection {
+            kernels: args.kernels.clone(),
+            params: args.params.iter().cloned().collect(),
+            targets: args.targets.clone(),
+        },
+        timeout: Duration::from_secs(args.timeout.max(1)),
+        locked: args.locked,
+        shard: args.shard,
+        nvcc: cli.nvcc.clone(),
+        lock_timeout: Duration::from_secs(cli.lock_timeout),
+        push: args.push,
+        entries_only: args.entries_only,
+        ..BuildOptions::default()
+    };
+    if let Some(jobs) = args.jobs {
+        if jobs == 0 {
+            return Err(Error::usage("--jobs must be at least 1", None));
+        }
+        options.jobs = jobs;
+    }
+    if !args.no_remote && !args.locked {
+        options.remote = open_remote(cli, ws, 16)?.map(std::sync::Arc::new);
+    }
+    if options.remote.is_none() && (args.push || args.entries_only) {
+        return Err(kart::remote::transfer::no_remote_error());
+    }
+    let mut reporter = CliReporter::new(cli.quiet);
+    reporter.bar = build_bar(cli.quiet, args.locked);
+    let reporter_ref = &reporter;
+    struct WithBar<'a>(&'a CliReporter);
+    impl BuildReporter for WithBar<'_> {
+        fn planned(&self, selected: usize, to_compile: usize) {
+            if let Some(bar) = &self.0.bar {
+                bar.set_length(to_compile as u64);
+                if to_compile == 0 {
+                    bar.finish_and_clear();
+                }
+            }
+            self.0.planned(selected, to_compile);
+        }
+        fn compiled(&self, artifact: &str, result: std::result::Result<Duration, &CompileFailure>) {
+            self.0.compiled(artifact, result);
+        }
+        fn note(&self, message: &str) {
+            self.0.note(message);
+        }
+    }
+    let result = build(ws, &options, &WithBar(reporter_ref));
+    if let Some(bar) = &reporter_ref.bar {
+        bar.finish_and_clear();
+    }
+    let summary = result?;
+    if args.verbose {
+        replay_warnings(ws, cli.nvcc.as_deref(), &options.selection)?;
+    }
+    let secs = start.elapsed().as_secs_f64();
+    if !cli.quiet {
+        if args.locked {
+            eprintln!(
+                "kart.lock is up to date: {} artifacts checked in {secs:.3} s",
+                summary.selected
+            );
+        } else {
+            let lock = match (options.shard, summary.lock_changed) {
+                (Some(s), _) => format!("shard {}/{}: kart.lock not written", s.index, s.count),
+                (None, true) => format!("kart.lock updated ({} artifacts)", summary.lock_entries.0),
+                (None, false) => "kart.lock unchanged".into(),
+            };
+            let remote = match &options.remote {
+                Some(r) if summary.from_remote > 0 || summary.pushed > 0 || args.push => format!(
+                    ", {} from the remote ({} blobs downloaded){}",
+                    summary.from_remote,
+                    summary.downloaded,
+                    if args.push {
+                        format!(", {} blobs pushed to {}", summary.pushed, r.url())
+                    } else {
+                        String::new()
+                    }
+                ),
+                _ => String::new(),
+            };
+            eprintln!(
+                "{} artifacts: {} compiled, {} from the store{remote} in {secs:.3} s; {lock}",
+                summary.selected, summary.compiled, summary.from_store
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn replay_warnings(
+    ws: &Workspace,
+    nvcc: Option<&std::path::Path>,
+    selection: &Selection,
+) -> Result<()> {
+    let toolchain = ws.toolchain(nvcc)?;
+    let planned = ws.plan(&toolchain)?;
+    for p in ws.select(&planned, selection)? {
+        if let Ok(Some(entry)) = ws.store.get_entry(&p.key) {
+            let warnings: Vec<&str> = entry
+                .stderr
+                .lines()
+                .filter(|l| {
+                    !l.starts_with("ptxas info") && !l.starts_with("    ") && !l.trim().is_empty()
+                })
+                .collect();
+            if !warnings.is_empty() {
+                eprintln!("{} {}:", entry.kernel, entry.config);
+                for w in warnings {
+                    eprintln!("  {w}");
+                }
+            }
+        }
+    }
+    Ok(())
+}

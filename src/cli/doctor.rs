@@ -1,0 +1,175 @@
+//! `kart doctor`: toolchain, driver, GPUs, and what each GPU can load of the lock, one
+//! line per reason (`-v`: every artifact; `--json`: everything).
+
+use std::process::ExitCode;
+
+use serde::Serialize;
+
+use kart::error::Result;
+use kart::runtime::doctor::{Loadability, loadability};
+use kart::runtime::resolve::format_cuda_version;
+use kart::workspace::Workspace;
+
+use super::{Cli, print_json};
+
+#[derive(Serialize)]
+struct Report {
+    nvcc: Found<Nvcc>,
+    driver: Found<String>,
+    gpus: Vec<GpuReport>,
+    lock_artifacts: usize,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "snake_case")]
+enum Found<T> {
+    Ok(T),
+    Error(String),
+}
+
+#[derive(Serialize)]
+struct Nvcc {
+    release: String,
+    path: String,
+}
+
+#[derive(Serialize)]
+struct GpuReport {
+    index: usize,
+    name: String,
+    capability: String,
+    /// What the GPU runs, as people read it (`sm_90, sm_90a`).
+    runs: String,
+    #[serde(flatten)]
+    lock: Option<Loadability>,
+    error: Option<String>,
+}
+
+/// `kart doctor`.
+pub fn run(cli: &Cli, ws: &Workspace, verbose: bool, json: bool) -> Result<ExitCode> {
+    let nvcc = match ws.toolchain(cli.nvcc.as_deref()) {
+        Ok(tc) => Found::Ok(Nvcc {
+            release: tc.release.clone(),
+            path: tc.nvcc.display().to_string(),
+        }),
+        Err(e) => Found::Error(e.to_string()),
+    };
+    let driver_version = kart::runtime::driver_version();
+    let driver = match &driver_version {
+        Ok(v) => Found::Ok(format_cuda_version(*v)),
+        Err(e) => Found::Error(e.to_string()),
+    };
+    let lock = ws.lock()?;
+    let mut gpus = Vec::new();
+    for index in 0..kart::runtime::device_count() {
+        gpus.push(match kart::runtime::Gpu::open(index) {
+            Ok(g) => {
+                let c = g.capability;
+                let runs = if c.minor > 0 {
+                    format!("sm_{}0..sm_{}{}", c.major, c.major, c.minor)
+                } else {
+                    format!("sm_{}0", c.major)
+                };
+                let specific = if c.major >= 9 {
+                    format!(", sm_{}{}a", c.major, c.minor)
+                } else {
+                    String::new()
+                };
+                GpuReport {
+                    index,
+                    name: g.name.clone(),
+                    capability: c.to_string(),
+                    runs: format!("{runs}{specific}"),
+                    lock: Some(loadability(
+                        &lock,
+                        c,
+                        driver_version.as_ref().ok().copied(),
+                        &ws.store,
+                    )),
+                    error: None,
+                }
+            }
+            Err(e) => GpuReport {
+                index,
+                name: String::new(),
+                capability: String::new(),
+                runs: String::new(),
+                lock: None,
+                error: Some(e.to_string()),
+            },
+        });
+    }
+    let report = Report {
+        nvcc,
+        driver,
+        gpus,
+        lock_artifacts: lock.artifacts.len(),
+    };
+    if json {
+        print_json(&report);
+    } else {
+        print_text(&report, verbose, cli.quiet);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn print_text(report: &Report, verbose: bool, quiet: bool) {
+    match &report.nvcc {
+        Found::Ok(n) => println!("nvcc: {} at {}", n.release, n.path),
+        Found::Error(e) => println!("nvcc: {e}"),
+    }
+    match &report.driver {
+        Found::Ok(v) => println!("driver: supports CUDA {v}"),
+        Found::Error(e) => println!("driver: {e}"),
+    }
+    if report.gpus.is_empty() {
+        println!("gpus: none");
+    }
+    println!("kart.lock: {} artifacts", report.lock_artifacts);
+    for g in &report.gpus {
+        let Some(lock) = &g.lock else {
+            println!(
+                "gpu {}: {}",
+                g.index,
+                g.error.as_deref().unwrap_or("unusable")
+            );
+            continue;
+        };
+        println!(
+            "gpu {}: {} (compute capability {}): runs cubins for {}",
+            g.index, g.name, g.capability, g.runs
+        );
+        println!(
+            "  loads {} of {} artifacts; picks one for {} configs:",
+            lock.loadable,
+            lock.total,
+            lock.picks.len()
+        );
+        for (kernel, configs, targets) in lock.picks_by_kernel() {
+            println!(
+                "    {kernel}: {configs} config{} from {}",
+                if configs == 1 { "" } else { "s" },
+                targets.join(", ")
+            );
+        }
+        if verbose {
+            for p in &lock.picks {
+                println!("      {}[{}] {}", p.kernel, p.config, p.target);
+            }
+        }
+        if quiet {
+            continue;
+        }
+        for reason in &lock.not_loadable {
+            println!("  {}", reason.message);
+            if verbose {
+                for a in &reason.artifacts {
+                    println!("      {a}");
+                }
+            }
+        }
+        if !verbose && !lock.not_loadable.is_empty() {
+            println!("  (-v lists them; --json gives everything)");
+        }
+    }
+}

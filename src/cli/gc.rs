@@ -1,0 +1,26 @@
+//! `kart gc`: remove what the lock no longer names.
+
+use std::process::ExitCode;
+
+use kart::error::Result;
+use kart::store::maintain;
+use kart::workspace::Workspace;
+
+use super::print_json;
+
+/// `kart gc`.
+pub fn run(ws: &Workspace, dry_run: bool, json: bool) -> Result<ExitCode> {
+    let report = maintain::gc(ws, dry_run)?;
+    if json {
+        print_json(&report);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let verb = if dry_run { "would remove" } else { "removed" };
+    println!(
+        "{verb} {} blobs ({:.1} KiB) and {} action entries not named by kart.lock",
+        report.blobs.len(),
+        report.bytes as f64 / 1024.0,
+        report.entries.len()
+    );
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,58 @@
+//! `kart ls`: the lock as a table.
+
+use std::process::ExitCode;
+
+use kart::error::Result;
+use kart::store::maintain;
+use kart::workspace::Workspace;
+
+use super::print_json;
+
+/// `kart ls`.
+pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
+    let rows = maintain::list(ws)?;
+    if json {
+        print_json(&rows);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cfg_width = rows
+        .iter()
+        .map(|r| r.config.to_string().len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    let kernel_width = rows
+        .iter()
+        .map(|r| r.kernel.len())
+        .max()
+        .unwrap_or(6)
+        .max(6);
+    println!(
+        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  ATTESTED",
+        "KERNEL", "CONFIG", "TARGET", "SIZE", "REGS", "SMEM", "SPILLS", "LOCAL"
+    );
+    for r in &rows {
+        let target = if r.kind == "ptx" {
+            format!("{} ptx", r.target)
+        } else {
+            r.target.clone()
+        };
+        println!(
+            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  {}",
+            r.kernel,
+            r.config.to_string(),
+            target,
+            r.size,
+            r.registers,
+            r.shared_bytes,
+            r.spill_bytes,
+            if r.local { "yes" } else { "no" },
+            if r.attested.is_empty() {
+                "-".to_string()
+            } else {
+                r.attested.join(",")
+            }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

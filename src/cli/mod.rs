@@ -1,0 +1,384 @@
+//! The `kart` command line: the arguments (their doc comments are `--help`), one
+//! module per command, and the few helpers they share. Every command is a thin layer:
+//! it calls the library and prints what it returns (data on stdout, messages on
+//! stderr, JSON with `--json`).
+
+mod build;
+mod doctor;
+mod explain;
+mod export;
+mod gc;
+mod ls;
+mod path;
+mod progress;
+mod smoke;
+mod transfer;
+mod tune;
+mod verify;
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Args, Parser, Subcommand};
+
+use kart::build::manifest::{ParamValue, Project};
+use kart::build::{Shard, parse_param};
+use kart::error::{Error, Result};
+use kart::store::LockMode;
+use kart::target::TargetArch;
+use kart::workspace::Workspace;
+
+/// kart (kernel artifacts): compile every config of your CUDA kernels to cubin offline,
+/// keep them by content, load them at run time with no JIT.
+#[derive(Parser)]
+#[command(name = "kart", version, about, long_about = None, propagate_version = true)]
+pub struct Cli {
+    /// Run as if started in this folder (kart.toml is searched from here upwards).
+    #[arg(short = 'C', long, global = true, value_name = "DIR")]
+    pub directory: Option<PathBuf>,
+    /// nvcc to use (default: KART_NVCC, .toolchain/, CUDA_HOME, CUDA_PATH, PATH).
+    #[arg(long, global = true, value_name = "PATH", env = "KART_NVCC")]
+    pub nvcc: Option<PathBuf>,
+    /// Print nothing but data and errors.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+    /// Seconds to wait for another kart process holding the store.
+    #[arg(long, global = true, default_value_t = 60, value_name = "SECONDS")]
+    pub lock_timeout: u64,
+    /// The remote cache (default: kart.toml's [remote] url). http://, https:// or
+    /// file://; the bearer token comes from KART_REMOTE_TOKEN.
+    #[arg(long, global = true, value_name = "URL", env = "KART_REMOTE")]
+    pub remote: Option<String>,
+    /// Never write to the remote.
+    #[arg(long, global = true)]
+    pub read_only: bool,
+    /// Seconds to wait for a connection to the remote (default 3; kart.toml
+    /// `[remote] connect_timeout`).
+    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub connect_timeout: Option<Duration>,
+    /// Seconds to wait for the first byte of the remote's answer (default 5;
+    /// `[remote] first_byte_timeout`).
+    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub first_byte_timeout: Option<Duration>,
+    /// Seconds in which a transfer must move at least 1 KiB (default 5;
+    /// `[remote] stall_timeout`). After any timeout the remote is given up for the run.
+    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub stall_timeout: Option<Duration>,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand)]
+pub enum Command {
+    /// Compile every missing artifact of the selection and write kart.lock.
+    ///
+    /// Takes each artifact from the store when its action key is there, else compiles
+    /// it. The first build with a new toolchain compiles the built-in smoke kernel
+    /// first and stops within seconds if nvcc cannot build it.
+    Build(BuildArgs),
+    /// List the artifacts of kart.lock with their resources.
+    Ls {
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Show every input of an artifact's action key and what changed against the lock.
+    Explain {
+        /// The kernel.
+        kernel: String,
+        /// Param values (all params of the kernel): -p BLOCK_M=64 -p NUM_WARPS=4.
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, ParamValue)>,
+        /// The target (default: the kernel's first).
+        #[arg(long)]
+        target: Option<TargetArch>,
+        /// Explain the PTX artifact instead of the cubin.
+        #[arg(long)]
+        ptx: bool,
+    },
+    /// Re-hash every blob and entry of the store; quarantine corrupt ones (exit 1).
+    Verify {
+        /// Also recompile N artifacts of the lock, sampled, and compare digests.
+        #[arg(long, value_name = "N", default_value_t = 0)]
+        rebuild: usize,
+        /// Seed of the sample (default: the clock).
+        #[arg(long)]
+        seed: Option<u64>,
+        /// Print the report as JSON.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Prove the whole loop on the built-in smoke kernel, stage by stage with timings:
+    /// toolchain, compile, store, verify, driver, load, resolve, launch, check.
+    ///
+    /// Without a GPU the GPU stages are skipped and kart exits 3 (0 with --allow-no-gpu).
+    Smoke {
+        /// Exit 0 when there is no GPU (for CI machines).
+        #[arg(long)]
+        allow_no_gpu: bool,
+        /// Print the stages as JSON.
+        #[arg(long)]
+        json: bool,
+        /// Then load and resolve every cubin of kart.lock this GPU can run (each
+        /// checked in a child process) and record the passes in kart.attest.
+        #[arg(long)]
+        all: bool,
+    },
+    /// Check blobs of kart.lock on GPU 0, one JSON line each (used by `smoke --all`).
+    #[command(hide = true)]
+    AttestWorker {
+        /// The blobs' digests.
+        digests: Vec<String>,
+    },
+    /// Toolchain, driver, GPUs, and which artifacts of kart.lock this machine can load.
+    ///
+    /// One line per reason an artifact cannot load, with a count; -v lists every
+    /// artifact, --json gives everything.
+    Doctor {
+        /// List every artifact under its reason, and every pick.
+        #[arg(short, long)]
+        verbose: bool,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write the verified, decompressed cubin of an artifact and print its path (for
+    /// CuPy `RawModule(path=...)`, cuda-python and other runtimes).
+    Path {
+        /// The kernel.
+        kernel: String,
+        /// Param values: -p BLOCK_M=64.
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, ParamValue)>,
+        /// The target (default: the one GPU 0 would load).
+        #[arg(long)]
+        target: Option<TargetArch>,
+    },
+    /// Download the blobs kart.lock names that the store lacks, checking every byte.
+    Fetch {
+        /// Only these kernels (default: all).
+        kernels: Vec<String>,
+        /// Only artifacts for these targets.
+        #[arg(long = "target", value_name = "sm_XX")]
+        targets: Vec<TargetArch>,
+        /// Only what GPU 0 of this machine would load.
+        #[arg(long)]
+        device: bool,
+        /// Parallel transfers.
+        #[arg(short, long, default_value_t = 16)]
+        jobs: usize,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Upload the blobs and action entries of kart.lock that the remote lacks.
+    Push {
+        /// Parallel transfers.
+        #[arg(short, long, default_value_t = 16)]
+        jobs: usize,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one self-contained Python module holding selected cubins and a loader
+    /// that needs only the CUDA driver (no kart, nvcc, NVRTC or JIT).
+    ///
+    /// By default each named kernel's `default` config (or its only config) for every
+    /// target in kart.lock; KERNEL:NAME=VALUE,… names configs; --all-configs takes all.
+    Export {
+        /// Kernels and configs: KERNEL or KERNEL:NAME=VALUE,NAME=VALUE (default: every
+        /// kernel of kart.lock).
+        #[arg(value_name = "KERNEL[:NAME=VALUE,…]")]
+        selectors: Vec<kart::export::Selector>,
+        /// Write a Python module (the only format).
+        #[arg(long, required = true)]
+        python: bool,
+        /// The file to write.
+        #[arg(short, long, value_name = "FILE")]
+        output: PathBuf,
+        /// Only cubins for these targets.
+        #[arg(long = "target", value_name = "sm_XX")]
+        targets: Vec<TargetArch>,
+        /// Every config of each selected kernel.
+        #[arg(long)]
+        all_configs: bool,
+    },
+    /// List the tuning records of kart.tune (stale ones marked), or run the kernels'
+    /// tuning programs on this GPU.
+    Tune {
+        /// Only these kernels.
+        kernels: Vec<String>,
+        /// Run each kernel's `[tune] program` (from the project root) instead.
+        #[arg(long)]
+        run: bool,
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Remove blobs and entries kart.lock no longer names.
+    Gc {
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print a shell completion script: `kart completions bash > /etc/bash_completion.d/kart`.
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Args)]
+pub struct BuildArgs {
+    /// Kernels to build (default: all).
+    pub kernels: Vec<String>,
+    /// Only configs with these param values: -p BLOCK_M=64.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    pub params: Vec<(String, ParamValue)>,
+    /// Only these targets (each must be listed in the kernel's targets).
+    #[arg(long = "target", value_name = "sm_XX")]
+    pub targets: Vec<TargetArch>,
+    /// Parallel nvcc processes (default: the number of cores).
+    #[arg(short, long)]
+    pub jobs: Option<usize>,
+    /// Seconds before an nvcc run is killed, with every process it started.
+    #[arg(long, default_value_t = 600, value_name = "SECONDS")]
+    pub timeout: u64,
+    /// Compile nothing: check that every action key equals kart.lock's (exit 1 if not).
+    #[arg(long, conflicts_with = "shard")]
+    pub locked: bool,
+    /// Build only slice I of N (1-based) of the selection, and write only the store.
+    #[arg(long, value_name = "I/N")]
+    pub shard: Option<Shard>,
+    /// Replay nvcc's stored warnings for artifacts taken from the store.
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// Upload what the selection built or took to the remote (HEAD first, then PUT);
+    /// a failed upload fails the build.
+    #[arg(long, conflicts_with = "no_remote")]
+    pub push: bool,
+    /// Do not use the remote at all.
+    #[arg(long)]
+    pub no_remote: bool,
+    /// Take a trusted remote's action entries without downloading their blobs: for a
+    /// CI job that only writes kart.lock.
+    #[arg(long)]
+    pub entries_only: bool,
+}
+
+/// A positive number of seconds (`5`, `0.5`).
+fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if v > 0.0 && v <= 86_400.0 => Ok(Duration::from_secs_f64(v)),
+        _ => Err(format!(
+            "`{s}` is not a number of seconds above 0 (at most a day)"
+        )),
+    }
+}
+
+/// Runs the parsed command line.
+pub fn run(cli: &Cli) -> Result<ExitCode> {
+    if let Command::Completions { shell } = &cli.command {
+        let mut command = <Cli as clap::CommandFactory>::command();
+        clap_complete::generate(*shell, &mut command, "kart", &mut std::io::stdout());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let cwd = match &cli.directory {
+        Some(d) => d.clone(),
+        None => std::env::current_dir().map_err(|e| Error::Io {
+            action: "read the current folder",
+            path: PathBuf::from("."),
+            source: e,
+        })?,
+    };
+    let project = Project::discover(&cwd)?;
+    if let Command::AttestWorker { digests } = &cli.command {
+        return smoke::attest_worker(&project.root, digests);
+    }
+    let mode = match cli.command {
+        Command::Gc { .. } => LockMode::Exclusive,
+        _ => LockMode::Shared,
+    };
+    let ws = Workspace::open(project, mode, Duration::from_secs(cli.lock_timeout))?;
+    match &cli.command {
+        Command::Build(args) => build::run(cli, &ws, args),
+        Command::Ls { json } => ls::run(&ws, *json),
+        Command::Explain {
+            kernel,
+            params,
+            target,
+            ptx,
+        } => explain::run(cli, &ws, kernel, params, *target, *ptx),
+        Command::Verify {
+            rebuild,
+            seed,
+            json,
+        } => verify::run(cli, &ws, *rebuild, *seed, *json),
+        Command::Smoke {
+            allow_no_gpu,
+            json,
+            all,
+        } => {
+            let code = smoke::run(cli, &ws, *allow_no_gpu, *json)?;
+            if *all && code == ExitCode::SUCCESS && kart::runtime::device_count() > 0 {
+                return smoke::attest(cli, &ws);
+            }
+            Ok(code)
+        }
+        Command::Doctor { verbose, json } => doctor::run(cli, &ws, *verbose, *json),
+        Command::Path {
+            kernel,
+            params,
+            target,
+        } => path::run(ws, kernel, params, *target),
+        Command::Fetch {
+            kernels,
+            targets,
+            device,
+            jobs,
+            json,
+        } => transfer::fetch(cli, &ws, kernels, targets, *device, *jobs, *json),
+        Command::Push { jobs, json } => transfer::push(cli, &ws, *jobs, *json),
+        Command::Export {
+            selectors,
+            python: _,
+            output,
+            targets,
+            all_configs,
+        } => export::run(cli, &ws, selectors, output, targets, *all_configs),
+        Command::Tune { kernels, run, json } => tune::run(&ws, kernels, *run, *json),
+        Command::Gc { dry_run, json } => gc::run(&ws, *dry_run, *json),
+        Command::AttestWorker { .. } | Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// Prints `value` as pretty JSON on stdout.
+fn print_json(value: &impl serde::Serialize) {
+    // The reports are plain structs of strings and numbers: they always serialize.
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_default()
+    );
+}
+
+/// Opens the remote the command line, environment or kart.toml names, if any, with the
+/// command line's clocks over kart.toml's.
+fn open_remote(cli: &Cli, ws: &Workspace, jobs: usize) -> Result<Option<kart::remote::Remote>> {
+    let Some(mut settings) =
+        kart::remote::transfer::remote_settings(&ws.project, cli.remote.as_deref())
+    else {
+        return Ok(None);
+    };
+    settings.read_only |= cli.read_only;
+    settings.jobs = jobs.max(1);
+    let t = &mut settings.timeouts;
+    t.connect = cli.connect_timeout.unwrap_or(t.connect);
+    t.first_byte = cli.first_byte_timeout.unwrap_or(t.first_byte);
+    t.stall = cli.stall_timeout.unwrap_or(t.stall);
+    let token = std::env::var(kart::remote::TOKEN_ENV).ok();
+    kart::remote::Remote::open(&settings, token).map(Some)
+}

@@ -1,0 +1,70 @@
+//! `kart path`: the verified, decompressed cubin as a file, for other runtimes.
+
+use std::process::ExitCode;
+
+use kart::build::key::ArtifactKind;
+use kart::build::manifest::{Config, ParamValue};
+use kart::error::{Error, Result};
+use kart::store::lockfile::describe;
+use kart::target::TargetArch;
+use kart::workspace::Workspace;
+
+/// `kart path`.
+pub fn run(
+    ws: Workspace,
+    kernel: &str,
+    params: &[(String, ParamValue)],
+    target: Option<TargetArch>,
+) -> Result<ExitCode> {
+    let config = Config(params.iter().cloned().collect());
+    let lock = ws.lock()?;
+    let artifact = match target {
+        Some(t) => lock
+            .find(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
+            .cloned()
+            .ok_or_else(|| Error::NotLoadable {
+                message: format!(
+                    "kart.lock has no {}",
+                    describe(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
+                ),
+                hint: Some(format!(
+                    "`kart ls` lists the artifacts; `kart build {kernel} --target {t}` adds one"
+                )),
+            })?,
+        None => {
+            let gpu = kart::runtime::Gpu::open(0).map_err(|e| match e {
+                Error::Environment { message, .. } => {
+                    Error::environment(message, "pass --target sm_XX to choose without a GPU")
+                }
+                other => other,
+            })?;
+            let rt = kart::runtime::Runtime::from_parts(lock.clone(), ws.store);
+            let a = rt
+                .select(
+                    kernel,
+                    &config,
+                    gpu.capability,
+                    kart::resolve::JitPolicy::Forbid,
+                )?
+                .clone();
+            return write_materialized(rt.store(), &a);
+        }
+    };
+    write_materialized(&ws.store, &artifact)
+}
+
+fn write_materialized(
+    store: &kart::store::Store,
+    a: &kart::lockfile::LockedArtifact,
+) -> Result<ExitCode> {
+    let path = store
+        .materialized_dir()
+        .join(format!("{}.{}", a.digest, a.kind));
+    let up_to_date = std::fs::read(&path).is_ok_and(|b| kart::digest::sha256_hex(&b) == a.digest);
+    if !up_to_date {
+        let bytes = store.read_blob(&a.digest, Some(a.size))?;
+        kart::fsutil::write_atomic(&path, &bytes)?;
+    }
+    println!("{}", path.display());
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,135 @@
+//! Progress drawing: a bar on a terminal, plain lines otherwise, nothing with `-q`.
+//! indicatif hides its bars when stderr is not a terminal; kart draws no color.
+
+use std::io::IsTerminal;
+use std::sync::Mutex;
+use std::time::Duration;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use kart::build::BuildReporter;
+use kart::build::compile::CompileFailure;
+
+/// Draws build progress: a bar on a terminal, plain lines otherwise, nothing with -q.
+pub struct CliReporter {
+    pub bar: Option<ProgressBar>,
+    quiet: bool,
+    lines: Mutex<()>,
+}
+
+impl CliReporter {
+    pub fn new(quiet: bool) -> CliReporter {
+        CliReporter {
+            bar: None,
+            quiet,
+            lines: Mutex::new(()),
+        }
+    }
+
+    fn say(&self, line: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(bar) => bar.println(line),
+            None => {
+                let _guard = self.lines.lock();
+                eprintln!("{line}");
+            }
+        }
+    }
+}
+
+impl BuildReporter for CliReporter {
+    fn planned(&self, selected: usize, to_compile: usize) {
+        if to_compile > 0 {
+            self.say(&format!(
+                "{selected} artifacts selected, {to_compile} to compile"
+            ));
+        }
+    }
+
+    fn compiled(&self, artifact: &str, result: std::result::Result<Duration, &CompileFailure>) {
+        if let Some(bar) = &self.bar {
+            bar.inc(1);
+        }
+        match result {
+            Ok(elapsed) => {
+                if self.bar.is_none() {
+                    self.say(&format!(
+                        "  compiled {artifact} ({:.1} s)",
+                        elapsed.as_secs_f64()
+                    ));
+                }
+            }
+            Err(failure) => {
+                // Failures are shown in full as they happen, even with --quiet.
+                let msg = format!("error: {artifact}: {failure}");
+                match &self.bar {
+                    Some(bar) => bar.println(msg),
+                    None => eprintln!("{msg}"),
+                }
+            }
+        }
+    }
+
+    fn note(&self, message: &str) {
+        self.say(message);
+    }
+}
+
+/// A byte progress bar on a terminal, nothing otherwise.
+pub struct TransferBar(Option<ProgressBar>);
+
+impl TransferBar {
+    pub fn new(quiet: bool, verb: &str) -> TransferBar {
+        if quiet || !std::io::stderr().is_terminal() {
+            return TransferBar(None);
+        }
+        let bar = ProgressBar::new(0);
+        bar.set_style(
+            ProgressStyle::with_template(&format!(
+                "{{spinner}} {verb} {{bytes}}/{{total_bytes}} ({{bytes_per_sec}}), {{msg}} items, eta {{eta}}"
+            ))
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+        );
+        TransferBar(Some(bar))
+    }
+}
+
+impl kart::remote::transfer::TransferReporter for TransferBar {
+    fn start(&self, items: usize, bytes: u64) {
+        if let Some(bar) = &self.0 {
+            bar.set_length(bytes);
+            bar.set_message(format!("0/{items}"));
+        }
+    }
+    fn moved(&self, bytes: u64) {
+        if let Some(bar) = &self.0 {
+            bar.inc(bytes);
+        }
+    }
+}
+
+impl Drop for TransferBar {
+    fn drop(&mut self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// A bar for a build on a terminal (unless quiet, or only checking the lock).
+pub fn build_bar(quiet: bool, locked: bool) -> Option<ProgressBar> {
+    if quiet || locked || !std::io::stderr().is_terminal() {
+        return None;
+    }
+    let bar = ProgressBar::new(0);
+    bar.set_style(
+        ProgressStyle::with_template(
+            "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} compiled, eta {eta}",
+        )
+        .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    Some(bar)
+}

@@ -1,0 +1,71 @@
+//! `kart tune`: the records of kart.tune, or the kernels' tuning programs.
+
+use std::process::ExitCode;
+
+use kart::error::{IoContext, Result};
+use kart::workspace::Workspace;
+
+use super::print_json;
+
+/// `kart tune`.
+pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<ExitCode> {
+    for k in kernels {
+        ws.project.kernel(k)?;
+    }
+    let wanted = |name: &str| kernels.is_empty() || kernels.iter().any(|k| k == name);
+    if run {
+        let mut failed = false;
+        for kernel in ws.project.kernels.iter().filter(|k| wanted(&k.name)) {
+            let Some(program) = kernel
+                .tune
+                .as_ref()
+                .map(|t| &t.program)
+                .filter(|p| !p.is_empty())
+            else {
+                continue;
+            };
+            eprintln!("tune: {}: running {}", kernel.name, program.join(" "));
+            let status = std::process::Command::new(&program[0])
+                .args(&program[1..])
+                .current_dir(&ws.project.root)
+                .status()
+                .at("run the tuning program", std::path::Path::new(&program[0]))?;
+            failed |= !status.success();
+        }
+        return Ok(if failed {
+            ExitCode::from(1)
+        } else {
+            ExitCode::SUCCESS
+        });
+    }
+    let path = ws.project.root.join(kart::tune::TUNE_FILE);
+    let tune = kart::tune::TuneFile::read(&path, std::path::Path::new(kart::tune::TUNE_FILE))?;
+    let lock = ws.lock()?;
+    let records: Vec<&kart::tune::TuneRecord> =
+        tune.records.iter().filter(|r| wanted(&r.kernel)).collect();
+    if json {
+        print_json(&records);
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!(
+        "{:12} {:16} {:44} {:>10}  {:52} STALE",
+        "KERNEL", "GPU", "PROBLEM", "MEDIAN µs", "CONFIG"
+    );
+    for r in records {
+        let stale = !lock
+            .artifacts
+            .iter()
+            .any(|a| a.digest == r.digest && a.config == r.config && a.kernel == r.kernel);
+        let problem: Vec<String> = r.problem.iter().map(|(k, v)| format!("{k}={v}")).collect();
+        println!(
+            "{:12} {:16} {:44} {:>10.1}  {:52} {}",
+            r.kernel,
+            r.gpu.strip_prefix("NVIDIA ").unwrap_or(&r.gpu),
+            problem.join(","),
+            r.median_us,
+            r.config.to_string(),
+            if stale { "yes" } else { "-" }
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

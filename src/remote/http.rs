@@ -1,0 +1,267 @@
+//! One HTTP request to the remote, under three separate clocks: connecting, the first
+//! byte of the answer, and a transfer that stops moving. A remote that accepts a
+//! connection and never answers (or answers a byte a second) costs seconds, not the
+//! minutes a single whole-request timeout would allow.
+//!
+//! reqwest's blocking client has one timeout for all three, so this drives its async
+//! client on a small runtime of its own; callers stay synchronous and may call from
+//! many threads at once.
+
+use std::time::{Duration, Instant};
+
+use crate::error::Error;
+
+/// How long each phase of a request may take.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Timeouts {
+    /// Until the TCP (and TLS) connection is up.
+    pub connect: Duration,
+    /// From sending the request until the answer's headers are in. An upload gets one
+    /// `stall` more per MiB it sends.
+    pub first_byte: Duration,
+    /// A transfer that moves less than [`MIN_PROGRESS_BYTES`] in this long is stalled.
+    pub stall: Duration,
+}
+
+impl Default for Timeouts {
+    /// 3 s to connect, 5 s to the first byte, 5 s of stall: a cache on a LAN or in the
+    /// same cloud region answers in milliseconds, so a build loses at most seconds to
+    /// one that does not.
+    fn default() -> Timeouts {
+        Timeouts {
+            connect: Duration::from_secs(3),
+            first_byte: Duration::from_secs(5),
+            stall: Duration::from_secs(5),
+        }
+    }
+}
+
+/// The least a transfer must move per `stall` period to count as moving.
+pub const MIN_PROGRESS_BYTES: usize = 1024;
+
+/// The outcome of one attempt.
+pub(super) enum Attempt {
+    /// `None` for a 404; the body of a GET, empty for other methods.
+    Done(Option<Vec<u8>>),
+    /// Worth another try: refused or reset connections, 5xx, a body cut short.
+    Retry(String),
+    /// A clock ran out: the remote is too slow to wait for in this run.
+    TimedOut(String),
+    /// Final.
+    Fail(Error),
+}
+
+/// What a request needs besides its method and URL.
+pub(super) struct RequestParts<'a> {
+    pub url: &'a str,
+    pub shown: &'a str,
+    pub body: Option<&'a [u8]>,
+    /// The most bytes a GET may return.
+    pub limit: u64,
+}
+
+/// The HTTP side of a remote.
+pub(super) struct Http {
+    client: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+    token: Option<String>,
+    timeouts: Timeouts,
+}
+
+impl Http {
+    pub(super) fn new(
+        timeouts: Timeouts,
+        jobs: usize,
+        token: Option<String>,
+    ) -> Result<Http, String> {
+        let client = reqwest::Client::builder()
+            .connect_timeout(timeouts.connect)
+            .redirect(reqwest::redirect::Policy::none())
+            .pool_max_idle_per_host(jobs.max(1))
+            .user_agent(concat!("kart/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| e.without_url().to_string())?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("kart-http")
+            .enable_all()
+            .build()
+            .map_err(|e| format!("cannot start the HTTP runtime: {e}"))?;
+        Ok(Http {
+            client,
+            runtime,
+            token: token.filter(|t| !t.is_empty()),
+            timeouts,
+        })
+    }
+
+    pub(super) fn has_token(&self) -> bool {
+        self.token.is_some()
+    }
+
+    /// One attempt, blocking the calling thread.
+    pub(super) fn attempt(&self, method: &reqwest::Method, parts: &RequestParts<'_>) -> Attempt {
+        self.runtime.block_on(self.attempt_async(method, parts))
+    }
+
+    async fn attempt_async(&self, method: &reqwest::Method, parts: &RequestParts<'_>) -> Attempt {
+        let t = self.timeouts;
+        let mut request = self.client.request(method.clone(), parts.url);
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let mut first_byte = t.first_byte;
+        if let Some(body) = parts.body {
+            request = request.body(body.to_vec());
+            first_byte += t.stall.saturating_mul((body.len() >> 20) as u32);
+        }
+        let response = match tokio::time::timeout(first_byte, request.send()).await {
+            Err(_) => {
+                return Attempt::TimedOut(format!(
+                    "no answer within {} s of sending the request",
+                    secs(first_byte)
+                ));
+            }
+            Ok(Err(e)) if e.is_connect() && e.is_timeout() => {
+                return Attempt::TimedOut(format!(
+                    "could not connect within {} s",
+                    secs(t.connect)
+                ));
+            }
+            // Connection refused or reset, protocol errors: worth another try.
+            Ok(Err(e)) => return Attempt::Retry(describe(e)),
+            Ok(Ok(r)) => r,
+        };
+        let status = response.status();
+        let fail = |failure, message: String, hint: Option<String>| {
+            Attempt::Fail(Error::Remote {
+                url: parts.shown.to_string(),
+                message,
+                failure,
+                hint,
+            })
+        };
+        use crate::error::RemoteFailure;
+        if status.is_success() {
+            if *method != reqwest::Method::GET {
+                return Attempt::Done(Some(Vec::new()));
+            }
+            if let Some(announced) = response.content_length()
+                && announced > parts.limit
+            {
+                return fail(
+                    RemoteFailure::Corrupt,
+                    format!(
+                        "announces {announced} bytes, more than the {} expected",
+                        parts.limit
+                    ),
+                    None,
+                );
+            }
+            return read_body(response, parts, t.stall).await;
+        }
+        let code = status.as_u16();
+        match code {
+            404 => Attempt::Done(None),
+            408 | 429 | 500..=599 => Attempt::Retry(format!("{method} answered {status}")),
+            300..=399 => {
+                let to = response
+                    .headers()
+                    .get(reqwest::header::LOCATION)
+                    .and_then(|v| v.to_str().ok())
+                    .map(super::strip_credentials)
+                    .unwrap_or_default();
+                fail(
+                    RemoteFailure::Refused,
+                    format!(
+                        "{method} answered {status}, a redirect to `{to}`; kart does not follow redirects"
+                    ),
+                    Some("set the remote URL to the server's final address".into()),
+                )
+            }
+            401 | 403 => fail(
+                RemoteFailure::Refused,
+                format!("{method} answered {status}"),
+                Some(format!(
+                    "check the token in {} (set: {}) and the server's permissions",
+                    super::TOKEN_ENV,
+                    if self.has_token() { "yes" } else { "no" }
+                )),
+            ),
+            _ => fail(
+                RemoteFailure::Refused,
+                format!("{method} answered {status}"),
+                None,
+            ),
+        }
+    }
+}
+
+/// Reads a body of at most `parts.limit` bytes; a body that moves less than
+/// [`MIN_PROGRESS_BYTES`] in `stall` is stalled.
+async fn read_body(
+    mut response: reqwest::Response,
+    parts: &RequestParts<'_>,
+    stall: Duration,
+) -> Attempt {
+    let mut bytes = Vec::new();
+    let mut window_start = Instant::now();
+    let mut window_bytes = 0usize;
+    loop {
+        let left = stall.saturating_sub(window_start.elapsed());
+        let chunk = match tokio::time::timeout(left, response.chunk()).await {
+            Err(_) if window_bytes == 0 => {
+                return Attempt::TimedOut(format!(
+                    "the transfer stalled: nothing for {} s",
+                    secs(stall)
+                ));
+            }
+            Err(_) => None,
+            Ok(Err(e)) => {
+                return Attempt::Retry(format!("the transfer broke off: {}", describe(e)));
+            }
+            Ok(Ok(None)) => return Attempt::Done(Some(bytes)),
+            Ok(Ok(Some(chunk))) => Some(chunk),
+        };
+        if let Some(chunk) = chunk {
+            window_bytes += chunk.len();
+            bytes.extend_from_slice(&chunk);
+            if bytes.len() as u64 > parts.limit {
+                return Attempt::Fail(super::too_large(parts.shown, parts.limit));
+            }
+        }
+        if window_start.elapsed() >= stall {
+            if window_bytes < MIN_PROGRESS_BYTES {
+                return Attempt::TimedOut(format!(
+                    "the transfer stalled: {window_bytes} bytes in {} s",
+                    secs(stall)
+                ));
+            }
+            window_start = Instant::now();
+            window_bytes = 0;
+        }
+    }
+}
+
+/// Seconds as people write them: `5`, `0.5`.
+pub(super) fn secs(d: Duration) -> String {
+    let s = d.as_secs_f64();
+    if s.fract() == 0.0 {
+        format!("{s:.0}")
+    } else {
+        format!("{s}")
+    }
+}
+
+/// A reqwest error with its causes ("connection refused"), without the URL.
+fn describe(e: reqwest::Error) -> String {
+    let e = e.without_url();
+    let mut text = e.to_string();
+    let mut source = std::error::Error::source(&e);
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}

@@ -1,0 +1,82 @@
+//! The committed sidecar files beside `kart.lock` (`kart.attest`, `kart.tune`): one
+//! reader and one writer for both. Each is TOML with a version, a header comment and a
+//! list of records; a missing file is an empty one; every error names the file, line and
+//! column; a write happens only when the text changed.
+
+use std::path::Path;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::build::manifest::{SourceFile, read_text};
+use crate::error::Result;
+
+/// A record that failed its check: where in the text, what, and what to do.
+pub struct BadRecord {
+    /// A piece of the file's text that locates the record (its digest, say).
+    pub near: String,
+    /// What is wrong.
+    pub message: String,
+    /// What to do.
+    pub hint: &'static str,
+}
+
+/// A sidecar file format.
+pub trait Sidecar: Serialize + DeserializeOwned {
+    /// The format version this kart writes and reads.
+    const VERSION: u32;
+    /// The comment at the top of the file.
+    const HEADER: &'static str;
+    /// What the file is, in messages ("attestation", "tuning file").
+    const WHAT: &'static str;
+    /// How to write a new one (the hint for a version mismatch).
+    const REGENERATE: &'static str;
+
+    /// An empty file of [`Self::VERSION`].
+    fn empty() -> Self;
+    /// The version read.
+    fn version(&self) -> u32;
+    /// Checks each record's fields beyond their types.
+    fn check(&self) -> std::result::Result<(), BadRecord>;
+}
+
+/// Reads `path` (a missing file is empty); `shown` names it in messages.
+pub fn read<T: Sidecar>(path: &Path, shown: &Path) -> Result<T> {
+    if !path.exists() {
+        return Ok(T::empty());
+    }
+    let text = read_text(path)?;
+    let file = SourceFile {
+        path: shown.to_path_buf(),
+        text: &text,
+    };
+    let parsed: T = file.parse()?;
+    if parsed.version() != T::VERSION {
+        return Err(file.error(
+            0..0,
+            format!(
+                "{} version {} is not {}",
+                T::WHAT,
+                parsed.version(),
+                T::VERSION
+            ),
+            T::REGENERATE,
+        ));
+    }
+    if let Err(bad) = parsed.check() {
+        let offset = text.find(&bad.near).unwrap_or(0);
+        return Err(file.error(offset..offset + bad.near.len(), bad.message, bad.hint));
+    }
+    Ok(parsed)
+}
+
+/// The file's text: the header, then the TOML.
+pub fn to_text<T: Sidecar>(file: &T) -> String {
+    // Plain structs of strings and numbers always serialize.
+    format!("{}{}", T::HEADER, toml::to_string(file).unwrap_or_default())
+}
+
+/// Writes atomically, only if the text changed; whether it did.
+pub fn write<T: Sidecar>(file: &T, path: &Path) -> Result<bool> {
+    crate::store::fsutil::write_if_changed(path, &to_text(file))
+}

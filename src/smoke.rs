@@ -49,6 +49,9 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         signature: [(SMOKE_ENTRY.to_string(), SMOKE_SIGNATURE.to_vec())].into(),
         default: None,
         tune: None,
+        require: Vec::new(),
+        derived: Vec::new(),
+        launch: None,
     }
 }
 
@@ -215,6 +218,7 @@ pub fn run_smoke(
             signature: Some(SMOKE_SIGNATURE.to_vec()),
             ..Default::default()
         }],
+        derived: Default::default(),
     };
     gpu.check_driver_floor(&artifact)?;
     let loaded = report.stage("load", || {

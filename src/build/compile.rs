@@ -85,6 +85,9 @@ pub fn nvcc_args(job: &CompileJob<'_>, out: &Path, deps: &Path) -> Vec<String> {
     for (name, value) in job.kernel.defines.iter().chain(job.config.0.iter()) {
         args.push(format!("-D{name}={value}"));
     }
+    for (name, value) in job.kernel.derived_values(job.config).unwrap_or_default() {
+        args.push(format!("-D{name}={value}"));
+    }
     for dir in &job.kernel.include {
         args.push(format!("-I{}", dir.display()));
     }

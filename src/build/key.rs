@@ -102,6 +102,11 @@ pub fn action_preimage(
     for (name, value) in &config.0 {
         p.push(format!("param {name}"), value.to_string());
     }
+    // Derived params by value (none for most kernels, whose keys stay as they were):
+    // rewriting an expression without changing a value keeps the key.
+    for (name, value) in kernel.derived_values(config).unwrap_or_default() {
+        p.push(format!("derived {name}"), value.to_string());
+    }
     for dir in &kernel.include {
         p.push("include dir", dir.to_string_lossy().replace('\\', "/"));
     }
@@ -206,6 +211,9 @@ mod tests {
             signature: Default::default(),
             default: None,
             tune: None,
+            require: Vec::new(),
+            derived: Vec::new(),
+            launch: None,
         };
         (toolchain, kernel)
     }

@@ -9,6 +9,9 @@ use std::ops::Range;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
+use crate::build::expr::{Expr, ExprError, ExprErrorKind};
+use crate::build::grid::{Derived, GridError, LaunchSpec, Rule, RuleOrDerived};
+
 use serde::{Deserialize, Serialize};
 use toml::Spanned;
 
@@ -134,6 +137,12 @@ pub struct Kernel {
     pub default: Option<Config>,
     /// How tuning problems map onto configs (`[tune]`), if the kernel is tuned.
     pub tune: Option<TuneSpec>,
+    /// `require`: rules every built config satisfies.
+    pub require: Vec<crate::build::grid::Rule>,
+    /// `[derived]`: params computed from each config, in evaluation order.
+    pub derived: Vec<crate::build::grid::Derived>,
+    /// `[launch]`: grid, block and shared memory from a config and a problem.
+    pub launch: Option<crate::build::grid::LaunchSpec>,
 }
 
 /// A kernel's `[tune]` table: the integer keys of a problem, which of them a config
@@ -152,20 +161,10 @@ pub struct TuneSpec {
 impl Kernel {
     /// Every config of the grid that no `[[exclude]]` entry matches, in a stable order.
     pub fn configs(&self) -> Vec<Config> {
-        let mut configs = vec![Config::default()];
-        for (name, values) in &self.params {
-            let mut next = Vec::with_capacity(configs.len() * values.len());
-            for config in &configs {
-                for value in values {
-                    let mut c = config.clone();
-                    c.0.insert(name.clone(), value.clone());
-                    next.push(c);
-                }
-            }
-            configs = next;
-        }
-        configs.retain(|c| !self.exclude.iter().any(|e| c.matches(e)));
-        configs
+        // Rules and derived params were evaluated over the whole grid when the kernel
+        // was loaded, so they cannot fail here.
+        self.grid_report()
+            .map_or_else(|_| Vec::new(), |(_, configs)| configs)
     }
 }
 
@@ -374,7 +373,14 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         signature,
         default: None,
         tune: None,
+        require: Vec::new(),
+        derived: Vec::new(),
+        launch: None,
     };
+    kernel.derived = derived(&file, &raw, &kernel)?;
+    kernel.require = rules(&file, &raw, &kernel)?;
+    kernel.launch = launch(&file, &raw)?;
+    check_grid(&file, &raw, &kernel)?;
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
     kernel.default = default_config(&file, &raw, &kernel)?;
     Ok(kernel)
@@ -690,6 +696,187 @@ fn tune_spec(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<
     Ok(Some(spec))
 }
 
+/// An expression of the file: parsed, with errors pointing into the TOML string.
+fn expression(file: &SourceFile<'_>, text: &Spanned<String>, what: &str) -> Result<Expr> {
+    Expr::parse(text.get_ref()).map_err(|e| expr_error(file, text, &e, what, None))
+}
+
+/// An expression error at its column inside the TOML string `text`.
+fn expr_error(
+    file: &SourceFile<'_>,
+    text: &Spanned<String>,
+    e: &ExprError,
+    what: &str,
+    config: Option<&Config>,
+) -> Error {
+    // The string's content starts after its opening quote.
+    let start = text.span().start + 1 + e.span.start;
+    let end = text.span().start + 1 + e.span.end.max(e.span.start);
+    let on = config.map_or_else(String::new, |c| format!(" for config {c}"));
+    let hint = match e.kind {
+        ExprErrorKind::Syntax => {
+            "expressions use integers, names, + - * / %, comparisons, && || !, parentheses, min, max, cdiv"
+        }
+        ExprErrorKind::UnknownName => {
+            "use the kernel's params (and, in [derived] and require, derived params; in [launch], problem keys too)"
+        }
+        ExprErrorKind::DivisionByZero => {
+            "guard the division, or add a `require` rule that removes such configs first"
+        }
+        ExprErrorKind::NotInteger => "an identifier-valued param cannot take part in arithmetic",
+        ExprErrorKind::Overflow => "values are 64-bit integers",
+    };
+    file.error(
+        start..end,
+        format!("{what} \"{}\"{on}: {e}", text.get_ref()),
+        hint,
+    )
+}
+
+/// Checks that every name of `expr` is known.
+fn known_names(
+    file: &SourceFile<'_>,
+    text: &Spanned<String>,
+    expr: &Expr,
+    what: &str,
+    known: &dyn Fn(&str) -> bool,
+) -> Result<()> {
+    for (name, span) in expr.names() {
+        if !known(name) {
+            let e = ExprError {
+                span,
+                kind: ExprErrorKind::UnknownName,
+                message: format!("unknown name `{name}`"),
+            };
+            return Err(expr_error(file, text, &e, what, None));
+        }
+    }
+    Ok(())
+}
+
+/// `[derived]`: C identifiers, not params or defines, over params and other derived
+/// params without cycles; ordered so each comes after what it uses.
+fn derived(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<Vec<Derived>> {
+    let mut pending = Vec::new();
+    for (name, text) in &raw.derived {
+        file.check_name(name.get_ref(), name.span(), "derived param")?;
+        if kernel.params.contains_key(name.get_ref()) || kernel.defines.contains_key(name.get_ref())
+        {
+            return Err(file.error(
+                name.span(),
+                format!(
+                    "derived param `{}` is also a param or a define",
+                    name.get_ref()
+                ),
+                "give it its own name",
+            ));
+        }
+        let expr = expression(file, text, &format!("[derived] {}", name.get_ref()))?;
+        let known =
+            |n: &str| kernel.params.contains_key(n) || raw.derived.keys().any(|k| k.get_ref() == n);
+        known_names(
+            file,
+            text,
+            &expr,
+            &format!("[derived] {}", name.get_ref()),
+            &known,
+        )?;
+        pending.push((name, text, expr));
+    }
+    // Order by dependencies: repeatedly take those whose derived inputs are done.
+    let mut ordered: Vec<Derived> = Vec::new();
+    while !pending.is_empty() {
+        let ready = pending.iter().position(|(_, _, e)| {
+            e.names().iter().all(|(n, _)| {
+                kernel.params.contains_key(*n) || ordered.iter().any(|d| d.name == *n)
+            })
+        });
+        let Some(i) = ready else {
+            let (name, _, _) = &pending[0];
+            return Err(file.error(
+                name.span(),
+                format!(
+                    "derived param `{}` depends on itself through others",
+                    name.get_ref()
+                ),
+                "break the cycle: compute each derived param from params and earlier ones",
+            ));
+        };
+        let (name, _, expr) = pending.remove(i);
+        ordered.push(Derived {
+            name: name.get_ref().clone(),
+            expr,
+        });
+    }
+    Ok(ordered)
+}
+
+/// `require`: rules over params and derived params.
+fn rules(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<Vec<Rule>> {
+    let mut rules = Vec::new();
+    for text in &raw.require {
+        let expr = expression(file, text, "require")?;
+        let known =
+            |n: &str| kernel.params.contains_key(n) || kernel.derived.iter().any(|d| d.name == n);
+        known_names(file, text, &expr, "require", &known)?;
+        rules.push(Rule { expr });
+    }
+    Ok(rules)
+}
+
+/// `[launch]`: 1 to 3 grid and block expressions, optional shared memory; names that
+/// are not params are the problem's keys, checked at launch.
+fn launch(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Option<LaunchSpec>> {
+    let Some(l) = &raw.launch else {
+        return Ok(None);
+    };
+    let list = |v: &Spanned<Vec<Spanned<String>>>, what: &str| -> Result<Vec<Expr>> {
+        if v.get_ref().is_empty() || v.get_ref().len() > 3 {
+            return Err(file.error(
+                v.span(),
+                format!("[launch] {what} takes 1 to 3 expressions (x, y, z)"),
+                format!("for example {what} = [\"cdiv(S, BLOCK_M)\", \"B * H\"]"),
+            ));
+        }
+        v.get_ref()
+            .iter()
+            .map(|t| expression(file, t, &format!("[launch] {what}")))
+            .collect()
+    };
+    Ok(Some(LaunchSpec {
+        grid: list(&l.grid, "grid")?,
+        block: list(&l.block, "block")?,
+        shared_mem: l
+            .shared_mem
+            .as_ref()
+            .map(|t| expression(file, t, "[launch] shared_mem"))
+            .transpose()?,
+    }))
+}
+
+/// Every rule and derived param evaluates on every config `[[exclude]]` leaves.
+fn check_grid(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<()> {
+    match kernel.grid_report() {
+        Ok(_) => Ok(()),
+        Err(GridError { at, config, error }) => {
+            let (text, what) = match at {
+                RuleOrDerived::Rule(i) => (&raw.require[i], "require".to_string()),
+                RuleOrDerived::Derived(i) => {
+                    let name = &kernel.derived[i].name;
+                    let text = raw
+                        .derived
+                        .iter()
+                        .find(|(k, _)| k.get_ref() == name)
+                        .map(|(_, v)| v)
+                        .unwrap_or(&raw.require[0]);
+                    (text, format!("[derived] {name}"))
+                }
+            };
+            Err(expr_error(file, text, &error, &what, Some(&config)))
+        }
+    }
+}
+
 /// The grid is not empty, and `default` is one of its configs.
 fn default_config(
     file: &SourceFile<'_>,
@@ -700,8 +887,8 @@ fn default_config(
     if configs.is_empty() {
         return Err(file.error(
             0..0,
-            "the `[[exclude]]` entries exclude every config of the grid",
-            "remove or narrow an `[[exclude]]` entry",
+            "`[[exclude]]` and `require` leave no config of the grid",
+            "remove or narrow an `[[exclude]]` entry or a rule (`kart build --explain-grid` shows what each removes)",
         ));
     }
     if let Some(d) = &raw.default {
@@ -989,6 +1176,19 @@ struct RawKernel {
     signature: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<String>>>>,
     default: Option<Spanned<BTreeMap<Spanned<String>, Spanned<RawValue>>>>,
     tune: Option<RawTune>,
+    #[serde(default)]
+    require: Vec<Spanned<String>>,
+    #[serde(default)]
+    derived: BTreeMap<Spanned<String>, Spanned<String>>,
+    launch: Option<RawLaunch>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLaunch {
+    grid: Spanned<Vec<Spanned<String>>>,
+    block: Spanned<Vec<Spanned<String>>>,
+    shared_mem: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1046,6 +1246,9 @@ mod tests {
             signature: Default::default(),
             default: None,
             tune: None,
+            require: Vec::new(),
+            derived: Vec::new(),
+            launch: None,
         }
     }
 

@@ -2,6 +2,8 @@
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
 pub mod compile;
+pub mod expr;
+pub mod grid;
 pub mod key;
 pub mod manifest;
 mod plan;
@@ -22,7 +24,7 @@ use crate::build::toolchain::Toolchain;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::smoke;
-use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
+use crate::store::lockfile::{LOCK_FILE, LockedArtifact, LockedKernel, Lockfile, lock_path};
 use crate::store::{ActionEntry, ENTRY_FORMAT};
 pub use crate::workspace::Workspace;
 
@@ -336,6 +338,7 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
         size: entry.size,
         nvcc: entry.nvcc_release.clone(),
         entries: entry.entries.clone(),
+        derived: p.derived.clone(),
     }
 }
 
@@ -366,7 +369,18 @@ fn write_lock(
             artifacts.push(kept.clone());
         }
     }
-    let lock = Lockfile::new(artifacts);
+    let kernels = ws
+        .project
+        .kernels
+        .iter()
+        .filter_map(|k| {
+            k.launch.as_ref().map(|l| LockedKernel {
+                name: k.name.clone(),
+                launch: l.text(),
+            })
+        })
+        .collect();
+    let lock = Lockfile::new(artifacts).with_kernels(kernels);
     crate::failpoint::hit("lock.write", "");
     let changed = lock.write(&lock_path(&ws.project.root))?;
     if lock.artifacts.len() < planned.len() {
@@ -423,6 +437,19 @@ fn check_locked(ws: &Workspace, selected: &[&Planned], whole: bool) -> Result<()
                     a.describe()
                 ));
             }
+        }
+    }
+    // Launch geometry is not part of any key, so it is compared on its own.
+    let selected_kernels: std::collections::BTreeSet<usize> =
+        selected.iter().map(|p| p.kernel).collect();
+    for &k in &selected_kernels {
+        let kernel = &ws.project.kernels[k];
+        let want = kernel.launch.as_ref().map(|l| l.text());
+        if lock.launch(&kernel.name) != want.as_ref() {
+            problems.push(format!(
+                "{}: [launch] differs from kart.lock's",
+                kernel.name
+            ));
         }
     }
     if problems.is_empty() {

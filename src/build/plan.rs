@@ -40,6 +40,8 @@ pub struct Planned {
     pub preimage: Preimage,
     /// Its digest.
     pub key: String,
+    /// The config's derived params.
+    pub derived: BTreeMap<String, i64>,
 }
 
 impl Planned {
@@ -97,7 +99,9 @@ impl Workspace {
                         let preimage =
                             action_preimage(toolchain, kernel, &config, target, kind, &files);
                         let key = action_key(&preimage);
+                        let derived = kernel.derived_values(&config).unwrap_or_default();
                         planned.push(Planned {
+                            derived,
                             kernel: index,
                             config: config.clone(),
                             target,

@@ -13,6 +13,9 @@ use super::{BuildArgs, Cli, open_remote};
 
 /// `kart build`.
 pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
+    if args.explain_grid {
+        return explain_grid(ws, &args.kernels);
+    }
     let start = Instant::now();
     let mut options = BuildOptions {
         selection: Selection {
@@ -130,4 +133,46 @@ fn replay_warnings(
         }
     }
     Ok(())
+}
+
+/// `kart build --explain-grid`.
+fn explain_grid(ws: &Workspace, kernels: &[String]) -> Result<ExitCode> {
+    for name in kernels {
+        ws.project.kernel(name)?;
+    }
+    for kernel in &ws.project.kernels {
+        if !kernels.is_empty() && !kernels.contains(&kernel.name) {
+            continue;
+        }
+        let start = Instant::now();
+        let (report, _) = kernel.grid_report().map_err(|e| {
+            Error::usage(
+                format!("{}: config {}: {}", kernel.name, e.config, e.error),
+                None,
+            )
+        })?;
+        let width = report.steps.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
+        println!(
+            "{}: {} raw combinations of {} params",
+            kernel.name,
+            report.raw,
+            kernel.params.len()
+        );
+        for (step, removed) in &report.steps {
+            println!("  {step:width$}  removes {removed}");
+        }
+        let derived = if kernel.derived.is_empty() {
+            String::new()
+        } else {
+            let names: Vec<&str> = kernel.derived.iter().map(|d| d.name.as_str()).collect();
+            format!(", each with derived {}", names.join(", "))
+        };
+        println!(
+            "  {} configs kept{derived}, x {} targets ({:.1} ms)",
+            report.kept,
+            kernel.targets.len(),
+            start.elapsed().as_secs_f64() * 1e3
+        );
+    }
+    Ok(ExitCode::SUCCESS)
 }

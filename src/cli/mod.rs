@@ -248,6 +248,11 @@ pub struct BuildArgs {
     /// Seconds before an nvcc run is killed, with every process it started.
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     pub timeout: u64,
+    /// Compile nothing: for each selected kernel, say how many raw combinations its
+    /// params make, how many `[[exclude]]` and each `require` rule remove, and how many
+    /// configs remain.
+    #[arg(long, conflicts_with_all = ["locked", "shard", "push"])]
+    pub explain_grid: bool,
     /// Compile nothing: check that every action key equals kart.lock's (exit 1 if not).
     #[arg(long, conflicts_with = "shard")]
     pub locked: bool,

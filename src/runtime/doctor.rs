@@ -244,6 +244,7 @@ mod tests {
             size: 0,
             nvcc: "13.0".into(),
             entries: Vec::new(),
+            derived: Default::default(),
         };
         let bytes = bytes(&a);
         a.digest = crate::digest::sha256_hex(&bytes);

@@ -3,6 +3,7 @@
 //! Sorted by (kernel, config, target, kind), no time, no absolute path: the same inputs
 //! and toolchain give the same bytes on any machine, so the file diffs cleanly.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
@@ -17,8 +18,13 @@ use crate::target::TargetArch;
 /// The lock's file name, beside `kart.toml`.
 pub const LOCK_FILE: &str = "kart.lock";
 
-/// Bump when a field is added, removed or changes meaning.
-pub const LOCK_VERSION: u32 = 1;
+/// Bump when a field is added, removed or changes meaning. Version 2 added derived
+/// params (`[artifact.derived]`) and launch geometry (`[[kernel]]`); version 1 locks
+/// are still read.
+pub const LOCK_VERSION: u32 = 2;
+
+/// The oldest version this kart reads.
+pub const OLDEST_LOCK_VERSION: u32 = 1;
 
 const HEADER: &str = "# kart.lock: every artifact of this project, written by `kart build`.\n\
 # Commit it; do not edit it. Readers trust exactly the digests listed here.\n\n";
@@ -45,6 +51,19 @@ pub struct LockedArtifact {
     pub nvcc: String,
     /// Entry points and their resources.
     pub entries: Vec<EntryInfo>,
+    /// The config's derived params (`[derived]` of kernel.toml), computed at build time.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub derived: BTreeMap<String, i64>,
+}
+
+/// What the lock records of a kernel as a whole: its `[launch]` geometry.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LockedKernel {
+    /// The kernel's name.
+    pub name: String,
+    /// `[launch]`, as written.
+    pub launch: crate::build::grid::LaunchText,
 }
 
 impl LockedArtifact {
@@ -95,6 +114,9 @@ pub struct Lockfile {
     /// Every artifact, sorted.
     #[serde(default, rename = "artifact")]
     pub artifacts: Vec<LockedArtifact>,
+    /// Kernels with launch geometry, sorted by name.
+    #[serde(default, rename = "kernel", skip_serializing_if = "Vec::is_empty")]
+    pub kernels: Vec<LockedKernel>,
 }
 
 impl Lockfile {
@@ -105,7 +127,24 @@ impl Lockfile {
         Lockfile {
             version: LOCK_VERSION,
             artifacts,
+            kernels: Vec::new(),
         }
+    }
+
+    /// The same lock with these kernel records (sorted).
+    pub fn with_kernels(mut self, mut kernels: Vec<LockedKernel>) -> Lockfile {
+        kernels.sort();
+        kernels.dedup_by(|a, b| a.name == b.name);
+        self.kernels = kernels;
+        self
+    }
+
+    /// The `[launch]` of `kernel`, parsed, if the lock records one.
+    pub fn launch(&self, kernel: &str) -> Option<&crate::build::grid::LaunchText> {
+        self.kernels
+            .iter()
+            .find(|k| k.name == kernel)
+            .map(|k| &k.launch)
     }
 
     /// Reads and validates `path`; a missing file is `Ok(None)`. `shown` is the path
@@ -137,10 +176,13 @@ impl Lockfile {
                 "regenerate the lock with `kart build` (and resolve merge conflicts that way)",
             )
         };
-        if lock.version != LOCK_VERSION {
+        if !(OLDEST_LOCK_VERSION..=LOCK_VERSION).contains(&lock.version) {
             return Err(file.error(
                 0..0,
-                format!("lock version {} is not {LOCK_VERSION}", lock.version),
+                format!(
+                    "lock version {} is not one this kart reads ({OLDEST_LOCK_VERSION} to {LOCK_VERSION})",
+                    lock.version
+                ),
                 "regenerate it with this kart's `kart build`, or use the kart that wrote it",
             ));
         }
@@ -166,10 +208,26 @@ impl Lockfile {
             if a.entries.is_empty() {
                 return Err(bad(i, format!("{}: no entries", a.describe())));
             }
+            if !a.derived.is_empty() && lock.version < 2 {
+                return Err(bad(
+                    i,
+                    format!("{}: derived params need lock version 2", a.describe()),
+                ));
+            }
             if i > 0 && lock.artifacts[i - 1].id() >= a.id() {
                 return Err(bad(
                     i,
                     format!("{} is out of order or repeated", a.describe()),
+                ));
+            }
+        }
+        for k in &lock.kernels {
+            if let Err(e) = crate::build::grid::LaunchSpec::from_text(&k.launch) {
+                let offset = text.find(&format!("name = \"{}\"", k.name)).unwrap_or(0);
+                return Err(file.error(
+                    offset..offset,
+                    format!("[launch] of `{}`: {e}", k.name),
+                    "regenerate the lock with `kart build`",
                 ));
             }
         }
@@ -230,6 +288,7 @@ mod tests {
                 registers: 32,
                 ..EntryInfo::default()
             }],
+            derived: BTreeMap::new(),
         }
     }
 

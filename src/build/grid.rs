@@ -1,0 +1,312 @@
+//! A kernel's grid beyond the cross product: `require` rules that keep a config only if
+//! they all hold, `[derived]` params computed from each config, and `[launch]` geometry
+//! computed from a config and a problem. All three are expressions of
+//! [`crate::build::expr`].
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use crate::build::expr::{Env, Expr, ExprError, Layered, Value};
+use crate::build::manifest::{Config, Kernel, ParamValue};
+
+impl Env for Config {
+    fn get(&self, name: &str) -> Option<Value<'_>> {
+        self.0.get(name).map(|v| match v {
+            ParamValue::Int(i) => Value::Int(*i),
+            ParamValue::Ident(s) => Value::Ident(s),
+        })
+    }
+}
+
+/// A `require` rule: a config is built only if it evaluates to non-zero.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Rule {
+    /// The rule.
+    pub expr: Expr,
+}
+
+/// A derived param: `NAME = "expression over params and earlier derived params"`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Derived {
+    /// Its name, passed to nvcc as `-DNAME=value`.
+    pub name: String,
+    /// How it is computed.
+    pub expr: Expr,
+}
+
+/// `[launch]`: grid, block and dynamic shared memory as expressions over the config
+/// (params and derived params) and the problem's keys.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct LaunchSpec {
+    /// 1 to 3 expressions: x, y, z (missing ones are 1).
+    pub grid: Vec<Expr>,
+    /// 1 to 3 expressions.
+    pub block: Vec<Expr>,
+    /// Bytes of dynamic shared memory (0 when absent).
+    pub shared_mem: Option<Expr>,
+}
+
+/// `[launch]` as text, as the lock and the exported module carry it.
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LaunchText {
+    /// Grid expressions.
+    pub grid: Vec<String>,
+    /// Block expressions.
+    pub block: Vec<String>,
+    /// Dynamic shared memory expression (`"0"` when absent).
+    pub shared_mem: String,
+}
+
+/// Launch geometry computed for one config and problem.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Geometry {
+    /// Blocks in x, y, z.
+    pub grid: (u32, u32, u32),
+    /// Threads in x, y, z.
+    pub block: (u32, u32, u32),
+    /// Bytes of dynamic shared memory.
+    pub shared_bytes: u32,
+}
+
+/// Why geometry could not be computed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum GeometryError {
+    /// An expression failed (unknown problem key, division by zero, overflow).
+    Expr {
+        /// `grid[0]`, `block[1]`, `shared_mem`.
+        field: String,
+        /// The expression's text.
+        text: String,
+        /// What failed.
+        error: ExprError,
+    },
+    /// A value outside what the driver takes (grid and block at least 1).
+    OutOfRange {
+        /// The field.
+        field: String,
+        /// The value.
+        value: i64,
+    },
+}
+
+impl std::fmt::Display for GeometryError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GeometryError::Expr { field, text, error } => {
+                write!(f, "[launch] {field} = \"{text}\": {error}")
+            }
+            GeometryError::OutOfRange { field, value } => write!(
+                f,
+                "[launch] {field} is {value}, outside what a launch takes (grid and block at least 1, at most 2^32 - 1)"
+            ),
+        }
+    }
+}
+
+impl LaunchSpec {
+    /// The expressions' texts.
+    pub fn text(&self) -> LaunchText {
+        LaunchText {
+            grid: self.grid.iter().map(|e| e.text.clone()).collect(),
+            block: self.block.iter().map(|e| e.text.clone()).collect(),
+            shared_mem: self
+                .shared_mem
+                .as_ref()
+                .map_or_else(|| "0".to_string(), |e| e.text.clone()),
+        }
+    }
+
+    /// Parses lock text back (it was checked when the lock was written).
+    pub fn from_text(text: &LaunchText) -> Result<LaunchSpec, ExprError> {
+        let parse = |v: &[String]| -> Result<Vec<Expr>, ExprError> {
+            v.iter().map(|t| Expr::parse(t)).collect()
+        };
+        Ok(LaunchSpec {
+            grid: parse(&text.grid)?,
+            block: parse(&text.block)?,
+            shared_mem: Some(Expr::parse(&text.shared_mem)?),
+        })
+    }
+
+    /// Grid, block and shared memory for a config (params and derived params) and a
+    /// problem. Config names win over problem keys of the same name.
+    pub fn geometry(
+        &self,
+        config: &Config,
+        derived: &BTreeMap<String, i64>,
+        problem: &BTreeMap<String, i64>,
+    ) -> Result<Geometry, GeometryError> {
+        let env = Layered(config, &Layered(derived, problem));
+        let eval = |field: String, e: &Expr, min: i64| -> Result<u32, GeometryError> {
+            let value = e.evaluate(&env).map_err(|error| GeometryError::Expr {
+                field: field.clone(),
+                text: e.text.clone(),
+                error,
+            })?;
+            if value < min || value > i64::from(u32::MAX) {
+                return Err(GeometryError::OutOfRange { field, value });
+            }
+            Ok(value as u32)
+        };
+        let three = |name: &str, list: &[Expr]| -> Result<(u32, u32, u32), GeometryError> {
+            let mut v = [1u32; 3];
+            for (i, e) in list.iter().enumerate().take(3) {
+                v[i] = eval(format!("{name}[{i}]"), e, 1)?;
+            }
+            Ok((v[0], v[1], v[2]))
+        };
+        Ok(Geometry {
+            grid: three("grid", &self.grid)?,
+            block: three("block", &self.block)?,
+            shared_bytes: match &self.shared_mem {
+                Some(e) => eval("shared_mem".into(), e, 0)?,
+                None => 0,
+            },
+        })
+    }
+}
+
+/// How a grid was narrowed, step by step.
+#[derive(Clone, Debug, Default, Serialize)]
+pub struct GridReport {
+    /// Combinations of the params' values.
+    pub raw: usize,
+    /// Each step (`[[exclude]]`, then each `require` rule in order) and how many
+    /// configs it removed of those still kept before it.
+    pub steps: Vec<(String, usize)>,
+    /// The configs built.
+    pub kept: usize,
+}
+
+impl Kernel {
+    /// Every combination of the params' values, in a fixed order.
+    pub fn raw_configs(&self) -> Vec<Config> {
+        let mut configs = vec![Config::default()];
+        for (name, values) in &self.params {
+            let mut next = Vec::with_capacity(configs.len() * values.len());
+            for config in &configs {
+                for value in values {
+                    let mut c = config.clone();
+                    c.0.insert(name.clone(), value.clone());
+                    next.push(c);
+                }
+            }
+            configs = next;
+        }
+        configs
+    }
+
+    /// The derived params of a config, in dependency order.
+    pub fn derived_values(
+        &self,
+        config: &Config,
+    ) -> Result<BTreeMap<String, i64>, (usize, ExprError)> {
+        let mut values = BTreeMap::new();
+        for (i, d) in self.derived.iter().enumerate() {
+            let v = d
+                .expr
+                .evaluate(&Layered(config, &values))
+                .map_err(|e| (i, e))?;
+            values.insert(d.name.clone(), v);
+        }
+        Ok(values)
+    }
+
+    /// Whether every `require` rule holds for a config (`Err`: rule index and error).
+    pub fn satisfies(&self, config: &Config) -> Result<bool, (RuleOrDerived, ExprError)> {
+        let derived = self
+            .derived_values(config)
+            .map_err(|(i, e)| (RuleOrDerived::Derived(i), e))?;
+        for (i, rule) in self.require.iter().enumerate() {
+            let v = rule
+                .expr
+                .evaluate(&Layered(config, &derived))
+                .map_err(|e| (RuleOrDerived::Rule(i), e))?;
+            if v == 0 {
+                return Ok(false);
+            }
+        }
+        Ok(true)
+    }
+
+    /// The grid step by step: raw combinations, what `[[exclude]]` and each rule
+    /// removed, what is kept. A rule or derived param that fails to evaluate on a
+    /// config is an error naming the config.
+    pub fn grid_report(&self) -> Result<(GridReport, Vec<Config>), GridError> {
+        let raw = self.raw_configs();
+        let mut report = GridReport {
+            raw: raw.len(),
+            ..GridReport::default()
+        };
+        let mut kept: Vec<Config> = raw
+            .into_iter()
+            .filter(|c| !self.exclude.iter().any(|e| c.matches(e)))
+            .collect();
+        if !self.exclude.is_empty() {
+            report
+                .steps
+                .push(("[[exclude]]".into(), report.raw - kept.len()));
+        }
+        // Derived params are computed once per config, then each rule filters in turn.
+        let mut with_derived = Vec::with_capacity(kept.len());
+        for c in kept.drain(..) {
+            let derived = self.derived_values(&c).map_err(|(i, error)| GridError {
+                at: RuleOrDerived::Derived(i),
+                config: c.clone(),
+                error,
+            })?;
+            with_derived.push((c, derived));
+        }
+        for (i, rule) in self.require.iter().enumerate() {
+            let before = with_derived.len();
+            let mut failed = None;
+            with_derived.retain(|(c, d)| {
+                if failed.is_some() {
+                    return true;
+                }
+                match rule.expr.evaluate(&Layered(c, d)) {
+                    Ok(v) => v != 0,
+                    Err(error) => {
+                        failed = Some(GridError {
+                            at: RuleOrDerived::Rule(i),
+                            config: c.clone(),
+                            error,
+                        });
+                        true
+                    }
+                }
+            });
+            if let Some(e) = failed {
+                return Err(e);
+            }
+            report.steps.push((
+                format!("require \"{}\"", rule.expr.text),
+                before - with_derived.len(),
+            ));
+        }
+        report.kept = with_derived.len();
+        Ok((report, with_derived.into_iter().map(|(c, _)| c).collect()))
+    }
+}
+
+/// Which expression failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum RuleOrDerived {
+    /// `require[i]`.
+    Rule(usize),
+    /// The i-th derived param (in evaluation order).
+    Derived(usize),
+}
+
+/// An expression that failed on a config of the grid.
+#[derive(Clone, Debug)]
+pub struct GridError {
+    /// Which one.
+    pub at: RuleOrDerived,
+    /// The config.
+    pub config: Config,
+    /// What failed.
+    pub error: ExprError,
+}

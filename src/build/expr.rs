@@ -514,10 +514,15 @@ impl Parser {
             }),
             Tok::Op("(") => {
                 let inner = self.or()?;
+                let close = self.here();
                 if !self.eat(")") {
-                    return Err(syntax(self.here(), "missing `)`".into()));
+                    return Err(syntax(close, "missing `)`".into()));
                 }
-                Ok(inner)
+                // The parentheses belong to the node, so a message quotes them.
+                Ok(Node {
+                    span: token.span.start..close.end,
+                    kind: inner.kind,
+                })
             }
             Tok::Name(name) if self.peek_op() == Some("(") => {
                 let func = match name.as_str() {

@@ -310,3 +310,147 @@ pub struct GridError {
     /// What failed.
     pub error: ExprError,
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn kernel(params: &[(&str, Vec<i64>)], require: &[&str], derived: &[(&str, &str)]) -> Kernel {
+        let mut k = crate::smoke::smoke_kernel(vec![]);
+        k.params = params
+            .iter()
+            .map(|(n, v)| {
+                (
+                    n.to_string(),
+                    v.iter().map(|i| ParamValue::Int(*i)).collect(),
+                )
+            })
+            .collect();
+        k.require = require
+            .iter()
+            .map(|r| Rule {
+                expr: Expr::parse(r).unwrap(),
+            })
+            .collect();
+        k.derived = derived
+            .iter()
+            .map(|(n, e)| Derived {
+                name: n.to_string(),
+                expr: Expr::parse(e).unwrap(),
+            })
+            .collect();
+        k
+    }
+
+    #[test]
+    fn filtering_a_100k_grid_matches_brute_force() {
+        let values: Vec<i64> = (1..=10).collect();
+        let k = kernel(
+            &[
+                ("P", values.iter().map(|v| v * 16).collect()),
+                ("Q", values.clone()),
+                ("R", values.clone()),
+                ("S", values.clone()),
+                ("T", values.clone()),
+            ],
+            &["P % (Q * 8) == 0", "R * S <= 24 && WARPS >= 2", "T != Q"],
+            &[("WARPS", "P / (Q * 8)")],
+        );
+        let start = std::time::Instant::now();
+        let (report, kept) = k.grid_report().unwrap();
+        let elapsed = start.elapsed();
+        let mut brute = Vec::new();
+        for p in values.iter().map(|v| v * 16) {
+            for q in &values {
+                for r in &values {
+                    for s in &values {
+                        for t in &values {
+                            let warps = p / (q * 8);
+                            if p % (q * 8) == 0 && r * s <= 24 && warps >= 2 && t != q {
+                                brute.push((p, *q, *r, *s, *t));
+                            }
+                        }
+                    }
+                }
+            }
+        }
+        let int = |c: &Config, n: &str| match c.0.get(n) {
+            Some(ParamValue::Int(i)) => *i,
+            _ => panic!("{n}"),
+        };
+        let mut got: Vec<(i64, i64, i64, i64, i64)> = kept
+            .iter()
+            .map(|c| {
+                (
+                    int(c, "P"),
+                    int(c, "Q"),
+                    int(c, "R"),
+                    int(c, "S"),
+                    int(c, "T"),
+                )
+            })
+            .collect();
+        got.sort();
+        brute.sort();
+        assert_eq!(report.raw, 100_000);
+        assert_eq!(got, brute);
+        assert_eq!(report.kept, brute.len());
+        let removed: usize = report.steps.iter().map(|(_, n)| n).sum();
+        assert_eq!(removed + report.kept, report.raw, "{report:?}");
+        // Printed for the record (a benchmark, not an assertion): bench/grid.sh times it.
+        println!(
+            "100k raw configs filtered to {} in {elapsed:?}",
+            report.kept
+        );
+    }
+
+    #[test]
+    fn derived_params_chain_and_geometry_uses_config_then_problem() {
+        let k = kernel(
+            &[("BLOCK_M", vec![64, 128]), ("NUM_WARPS", vec![4])],
+            &[],
+            &[("ROWS", "BLOCK_M / NUM_WARPS"), ("TILES", "ROWS / 16")],
+        );
+        let config = Config(
+            [
+                ("BLOCK_M".to_string(), ParamValue::Int(128)),
+                ("NUM_WARPS".to_string(), ParamValue::Int(4)),
+            ]
+            .into(),
+        );
+        let derived = k.derived_values(&config).unwrap();
+        assert_eq!(derived, [("ROWS".into(), 32), ("TILES".into(), 2)].into());
+        let spec = LaunchSpec {
+            grid: vec![
+                Expr::parse("cdiv(S, BLOCK_M)").unwrap(),
+                Expr::parse("B * H").unwrap(),
+            ],
+            block: vec![Expr::parse("NUM_WARPS * 32").unwrap()],
+            shared_mem: Some(Expr::parse("TILES * 1024").unwrap()),
+        };
+        let problem = [
+            ("B".into(), 2),
+            ("H".into(), 8),
+            ("S".into(), 500),
+            ("BLOCK_M".into(), 1),
+        ]
+        .into();
+        let g = spec.geometry(&config, &derived, &problem).unwrap();
+        assert_eq!(g.grid, (4, 16, 1));
+        assert_eq!(g.block, (128, 1, 1));
+        assert_eq!(g.shared_bytes, 2048);
+        let empty = BTreeMap::new();
+        let err = spec.geometry(&config, &derived, &empty).unwrap_err();
+        assert!(err.to_string().contains("unknown name `S`"), "{err}");
+        let zero = [("B".into(), 0), ("H".into(), 8), ("S".into(), 500)].into();
+        let err = spec.geometry(&config, &derived, &zero).unwrap_err();
+        assert!(
+            matches!(err, GeometryError::OutOfRange { value: 0, .. }),
+            "{err}"
+        );
+        assert_eq!(
+            LaunchSpec::from_text(&spec.text()).unwrap().text(),
+            spec.text()
+        );
+    }
+}

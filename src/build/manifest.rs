@@ -863,12 +863,11 @@ fn check_grid(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result
                 RuleOrDerived::Rule(i) => (&raw.require[i], "require".to_string()),
                 RuleOrDerived::Derived(i) => {
                     let name = &kernel.derived[i].name;
-                    let text = raw
-                        .derived
-                        .iter()
-                        .find(|(k, _)| k.get_ref() == name)
-                        .map(|(_, v)| v)
-                        .unwrap_or(&raw.require[0]);
+                    // Every derived param came from this table.
+                    let Some((_, text)) = raw.derived.iter().find(|(k, _)| k.get_ref() == name)
+                    else {
+                        return Err(file.error(0..0, format!("[derived] {name}: {error}"), ""));
+                    };
                     (text, format!("[derived] {name}"))
                 }
             };

@@ -17,7 +17,7 @@ pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
     }
     let cfg_width = rows
         .iter()
-        .map(|r| r.config.to_string().len())
+        .map(|r| config_text(r).len())
         .max()
         .unwrap_or(6)
         .max(6);
@@ -40,7 +40,7 @@ pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
         println!(
             "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  {}",
             r.kernel,
-            r.config.to_string(),
+            config_text(r),
             target,
             r.size,
             r.registers,
@@ -55,4 +55,13 @@ pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
         );
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The config, then its derived params after `;` (`BLOCK_M=128,NUM_WARPS=4; ROWS=32`).
+fn config_text(r: &maintain::ListRow) -> String {
+    if r.derived.is_empty() {
+        return r.config.to_string();
+    }
+    let derived: Vec<String> = r.derived.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    format!("{}; {}", r.config, derived.join(","))
 }

@@ -9,7 +9,8 @@ import sys
 import threading
 import zlib
 
-__all__ = ["KartError", "Launcher", "NoCubinForThisGPU", "best", "kernels", "load", "preload"]
+__all__ = ["ExprError", "KartError", "Launcher", "NoCubinForThisGPU", "best", "kernels", "launch", "load",
+           "preload"]
 
 
 class KartError(RuntimeError):
@@ -18,6 +19,245 @@ class KartError(RuntimeError):
 
 class NoCubinForThisGPU(KartError):
     """None of the exported cubins of a kernel config runs on this GPU."""
+
+
+# --- Expressions of kernel.toml ([launch]), with the same rules as kart's evaluator:
+# 64-bit integers, `/` and `%` truncating toward zero as in C, cdiv rounding up,
+# comparisons and logic giving 1 or 0, overflow and division by zero as errors. The
+# table tests/data/expr.json is checked against both.
+
+
+class ExprError(KartError):
+    """An expression failed: `kind` is syntax, unknown_name, division_by_zero,
+    not_integer or overflow; `at` is the byte offset in the expression's text."""
+
+    def __init__(self, kind, message, at):
+        super().__init__(message)
+        self.kind, self.at = kind, at
+
+
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_OPS = ("&&", "||", "==", "!=", "<=", ">=", "<", ">", "+", "-", "*", "/", "%", "!", "(", ")", ",")
+
+
+def _tokens(text):
+    out, i = [], 0
+    while i < len(text):
+        c = text[i]
+        if c in " \t\r\n":
+            i += 1
+        elif c.isascii() and c.isdigit():
+            j = i
+            while j < len(text) and text[j].isascii() and text[j].isalnum():
+                j += 1
+            word = text[i:j]
+            if not word.isdigit():
+                raise ExprError("syntax", f"`{word}` is not an integer", i)
+            if int(word) > _I64_MAX:
+                raise ExprError("overflow", f"`{word}` does not fit in a 64-bit integer", i)
+            out.append(("int", int(word), i, j))
+            i = j
+        elif c.isascii() and (c.isalpha() or c == "_"):
+            j = i
+            while j < len(text) and text[j].isascii() and (text[j].isalnum() or text[j] == "_"):
+                j += 1
+            out.append(("name", text[i:j], i, j))
+            i = j
+        else:
+            op = next((o for o in _OPS if text.startswith(o, i)), None)
+            if op is None:
+                raise ExprError("syntax", f"unexpected `{c}`", i)
+            out.append(("op", op, i, i + len(op)))
+            i += len(op)
+    return out
+
+
+def _checked(value, at):
+    if not _I64_MIN <= value <= _I64_MAX:
+        raise ExprError("overflow", "the result does not fit in a 64-bit integer", at)
+    return value
+
+
+def _tdiv(a, b, at):
+    if b == 0:
+        raise ExprError("division_by_zero", "division by zero", at)
+    q = abs(a) // abs(b)
+    return _checked(q if (a < 0) == (b < 0) else -q, at)
+
+
+def _trem(a, b, at):
+    if b == 0:
+        raise ExprError("division_by_zero", "division by zero", at)
+    return a - b * _tdiv(a, b, at)
+
+
+def _cdiv(a, b, at):
+    q = _tdiv(a, b, at)
+    return _checked(q + 1 if a % b != 0 and (a < 0) == (b < 0) else q, at)
+
+
+class _Parser:
+    """Recursive descent over the same grammar as kart's: || < && < comparison (not
+    chained) < + - < * / % < unary ! - < atoms (ints, names, calls, parentheses). The
+    result is a tree of tuples (start, kind, ...) evaluated by `_eval`."""
+
+    _COMPARE = ("==", "!=", "<=", ">=", "<", ">")
+
+    def __init__(self, text):
+        self.text, self.toks, self.pos = text, _tokens(text), 0
+
+    def peek(self):
+        t = self.toks[self.pos] if self.pos < len(self.toks) else None
+        return t[1] if t and t[0] == "op" else None
+
+    def here(self):
+        return self.toks[self.pos][2] if self.pos < len(self.toks) else len(self.text)
+
+    def eat(self, op):
+        if self.peek() == op:
+            self.pos += 1
+            return True
+        return False
+
+    def parse(self):
+        node = self.binary(0)
+        if self.pos < len(self.toks):
+            t = self.toks[self.pos]
+            raise ExprError("syntax", f"unexpected `{self.text[t[2]:t[3]]}`", t[2])
+        return node
+
+    _LEVELS = (("||",), ("&&",), None, ("+", "-"), ("*", "/", "%"))
+
+    def binary(self, level):
+        if level == 2:
+            return self.comparison()
+        if level == len(self._LEVELS):
+            return self.unary()
+        left = self.binary(level + 1)
+        while self.peek() in self._LEVELS[level]:
+            op = self.toks[self.pos][1]
+            self.pos += 1
+            left = (left[0], "bin", op, left, self.binary(level + 1))
+        return left
+
+    def comparison(self):
+        left = self.binary(3)
+        op = self.peek()
+        if op in self._COMPARE:
+            self.pos += 1
+            right = self.binary(3)
+            if self.peek() in self._COMPARE:
+                raise ExprError("syntax", "comparisons do not chain: write `a < b && b < c`", self.here())
+            return (left[0], "bin", op, left, right)
+        return left
+
+    def unary(self):
+        start = self.here()
+        for op in ("!", "-"):
+            if self.eat(op):
+                return (start, op, self.unary())
+        return self.atom()
+
+    def atom(self):
+        if self.pos >= len(self.toks):
+            raise ExprError("syntax", "the expression ends too soon", len(self.text))
+        kind, value, start, _ = self.toks[self.pos]
+        self.pos += 1
+        if kind == "int":
+            return (start, "int", value)
+        if kind == "op" and value == "(":
+            inner = self.binary(0)
+            if not self.eat(")"):
+                raise ExprError("syntax", "missing `)`", self.here())
+            return inner
+        if kind == "name" and self.peek() == "(":
+            if value not in ("min", "max", "cdiv"):
+                raise ExprError("syntax", f"unknown function `{value}` (there are min, max, cdiv)", start)
+            self.pos += 1
+            args = []
+            if not self.eat(")"):
+                while True:
+                    args.append(self.binary(0))
+                    if self.eat(")"):
+                        break
+                    if not self.eat(","):
+                        raise ExprError("syntax", "expected `,` or `)`", self.here())
+            if (value == "cdiv" and len(args) != 2) or not args:
+                raise ExprError("syntax", f"`{value}` takes {'two arguments' if value == 'cdiv' else 'one or more arguments'}", start)
+            return (start, "call", value, args)
+        if kind == "name":
+            return (start, "name", value)
+        raise ExprError("syntax", f"unexpected `{value}`", start)
+
+
+def _eval(node, env):
+    at, kind = node[0], node[1]
+    if kind == "int":
+        return node[2]
+    if kind == "name":
+        if node[2] not in env:
+            raise ExprError("unknown_name", f"unknown name `{node[2]}`", at)
+        value = env[node[2]]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ExprError("not_integer", f"`{node[2]}` is `{value}`, not an integer", at)
+        return value
+    if kind == "!":
+        return int(_eval(node[2], env) == 0)
+    if kind == "-":
+        return _checked(-_eval(node[2], env), at)
+    if kind == "call":
+        values = [_eval(a, env) for a in node[3]]
+        return {"min": min, "max": max}[node[2]](values) if node[2] != "cdiv" else _cdiv(*values, at)
+    op, left = node[2], node[3]
+    if op == "&&":
+        return int(_eval(left, env) != 0 and _eval(node[4], env) != 0)
+    if op == "||":
+        return int(_eval(left, env) != 0 or _eval(node[4], env) != 0)
+    a, b = _eval(left, env), _eval(node[4], env)
+    if op in ("/", "%"):
+        return (_tdiv if op == "/" else _trem)(a, b, at)
+    return _checked({"+": a + b, "-": a - b, "*": a * b, "==": int(a == b), "!=": int(a != b),
+                     "<": int(a < b), "<=": int(a <= b), ">": int(a > b), ">=": int(a >= b)}[op], at)
+
+
+def evaluate(text, env):
+    """The value of expression `text` over `env` (a dict of names to ints)."""
+    return _eval(_Parser(text).parse(), env)
+
+
+_parsed = {}
+
+
+def _geometry(kernel, config, problem):
+    """(grid, block, shared_mem) from the kernel's [launch] over a config (params and
+    derived params, which win) and a problem."""
+    env = {**problem, **config}
+    spec = _LAUNCH.get(kernel)
+    if spec is None:
+        raise KartError(f"{kernel} declares no [launch] in its kernel.toml: pass grid and block yourself")
+    trees = _parsed.get(kernel)
+    if trees is None:
+        trees = _parsed[kernel] = (
+            [_Parser(t).parse() for t in spec["grid"]],
+            [_Parser(t).parse() for t in spec["block"]],
+            _Parser(spec["shared_mem"]).parse(),
+        )
+
+    def value(tree, what, text, low):
+        try:
+            v = _eval(tree, env)
+        except ExprError as e:
+            keys = ", ".join(sorted(problem)) or "no keys"
+            raise ExprError(e.kind, f"{kernel}: [launch] {what} = \"{text}\": {e} (the problem has {keys})",
+                            e.at) from None
+        if not low <= v <= 0xFFFFFFFF:
+            raise KartError(f"{kernel}: [launch] {what} is {v}, outside what a launch takes")
+        return v
+
+    grid = tuple(value(t, f"grid[{i}]", spec["grid"][i], 1) for i, t in enumerate(trees[0]))
+    block = tuple(value(t, f"block[{i}]", spec["block"][i], 1) for i, t in enumerate(trees[1]))
+    shared = value(trees[2], "shared_mem", spec["shared_mem"], 0)
+    return grid + (1,) * (3 - len(grid)), block + (1,) * (3 - len(block)), shared
 
 
 # --- Resolution: which exported cubin a GPU can run (the same rules as kart's runtime).
@@ -326,6 +566,8 @@ class Launcher:
     def __init__(self, kernel, config, entry, artifacts):
         self.kernel, self.config, self.entry = kernel, dict(config), entry
         self._artifacts = artifacts  # target -> artifact
+        first = next(iter(artifacts.values()))
+        self._env = {**first.get("derived", {}), **self.config}
         self._info = next(e for e in next(iter(artifacts.values()))["entries"] if e["name"] == entry)
         self._name = f"{kernel}[{_config_text(config)}].{entry}"
 
@@ -375,6 +617,27 @@ class Launcher:
         _check(lib, lib.cuLaunchKernel(function, *grid, *block, shared_mem, stream or None,
                                        ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
                f"cuLaunchKernel({self._name})")
+
+
+    def dims(self, **problem):
+        """(grid, block, shared_mem) that the kernel's [launch] computes for this config
+        and `problem` (named ints: B=8, H=16, S=512, ...)."""
+        return _geometry(self.kernel, self._env, problem)
+
+    def launch(self, *args, problem, stream=None, device=0):
+        """Launch with the geometry [launch] computes for `problem` (a dict of named
+        ints): no grid, block or shared-memory arithmetic in the caller."""
+        grid, block, shared = _geometry(self.kernel, self._env, problem)
+        self(grid, block, *args, shared_mem=shared, stream=stream, device=device)
+
+
+def launch(kernel, *args, problem, stream=None, device=0, **config):
+    """One line for the common case: the tuned config for `problem` (as `best()`), or
+    the one named by `config`, launched with the geometry of the kernel's [launch].
+    `problem` is a dict of named ints (B=8, H=16, S=512, D=64, causal=0)."""
+    launcher = load(kernel, **config) if config else best(kernel, device=device, **problem)
+    launcher.launch(*args, problem=problem, stream=stream, device=device)
+    return launcher
 
 
 def _dims(value, what):

@@ -254,6 +254,7 @@ the driver sees it, then loaded once per CUDA context.
             "size": a.size,
             "nvcc": a.nvcc,
             "entries": entries,
+            "derived": a.derived,
         });
         out.push_str(&format!("    {record},\n"));
         if !blobs.contains_key(a.digest.as_str()) {
@@ -271,6 +272,21 @@ the driver sees it, then loaded once per CUDA context.
         }
     }
     out.push_str("]\n\n");
+    // [launch] of each exported kernel that declares one.
+    out.push_str(
+        "# kernel -> its [launch] geometry (kernel.toml), evaluated by launch().\n_LAUNCH = {\n",
+    );
+    for name in &kernels {
+        if let Some(launch) = project
+            .kernels
+            .iter()
+            .find(|k| k.name == *name)
+            .and_then(|k| k.launch.as_ref())
+        {
+            out.push_str(&format!("    \"{name}\": {},\n", json!(launch.text())));
+        }
+    }
+    out.push_str("}\n\n");
     // For best(): each tuned kernel's exact and nearest keys and default, and the
     // records whose winning cubin is exported.
     out.push_str("# kernel -> how best() matches problems (kernel.toml [tune] and default).\n_TUNE_SPEC = {\n");

@@ -204,6 +204,8 @@ pub struct LoadedArtifact {
     functions: Vec<(String, CudaFunction)>,
     /// Where the load's time went.
     pub timings: LoadTimings,
+    /// The kernel's `[launch]` geometry, when the lock records one.
+    pub launch: Option<crate::build::grid::LaunchSpec>,
 }
 
 impl LoadedArtifact {
@@ -225,6 +227,49 @@ impl LoadedArtifact {
                 ),
                 hint: None,
             })
+    }
+
+    /// The grid, block and dynamic shared memory the kernel's `[launch]` computes for
+    /// this config and `problem` (named integers: `B`, `H`, `S`, …).
+    pub fn dims(&self, problem: &crate::tune::Problem) -> Result<LaunchDims> {
+        let Some(spec) = &self.launch else {
+            return Err(Error::usage(
+                format!(
+                    "kernel `{}` declares no [launch] in kernel.toml",
+                    self.artifact.kernel
+                ),
+                Some("add a [launch] table (grid, block, shared_mem), rebuild kart.lock, or pass LaunchDims to `launch`".into()),
+            ));
+        };
+        let g = spec
+            .geometry(&self.artifact.config, &self.artifact.derived, problem)
+            .map_err(|e| {
+                let keys: Vec<&str> = problem.keys().map(String::as_str).collect();
+                Error::usage(
+                    format!("{}: {e}", self.artifact.describe()),
+                    Some(format!(
+                        "the problem has {}; [launch] may use the config's params, derived params and the problem's keys",
+                        if keys.is_empty() { "no keys".to_string() } else { keys.join(", ") }
+                    )),
+                )
+            })?;
+        Ok(LaunchDims {
+            grid: g.grid,
+            block: g.block,
+            shared_bytes: g.shared_bytes,
+        })
+    }
+
+    /// Launches `entry` with the geometry `[launch]` computes for `problem`: the caller
+    /// passes arguments and the problem, no launch arithmetic.
+    pub fn launch_problem(
+        &self,
+        entry: &str,
+        problem: &crate::tune::Problem,
+        stream: &CudaStream,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        self.launch(entry, self.dims(problem)?, stream, args)
     }
 
     /// Launches `entry` on `stream` with checked arguments: their number and kinds must
@@ -547,7 +592,18 @@ impl Gpu {
         let t0 = Instant::now();
         let bytes = rt.store.read_blob(&artifact.digest, Some(artifact.size))?;
         let t1 = Instant::now();
-        self.load_verified(artifact.clone(), bytes, t1 - t0)
+        let mut loaded = self.load_verified(artifact.clone(), bytes, t1 - t0)?;
+        loaded.launch =
+            match rt.lock().launch(&artifact.kernel) {
+                Some(text) => Some(crate::build::grid::LaunchSpec::from_text(text).map_err(
+                    |e| Error::NotLoadable {
+                        message: format!("[launch] of `{}` in kart.lock: {e}", artifact.kernel),
+                        hint: Some("regenerate kart.lock with `kart build`".into()),
+                    },
+                )?),
+                None => None,
+            };
+        Ok(loaded)
     }
 
     /// Refuses an artifact built by an nvcc newer than this driver supports.
@@ -606,6 +662,7 @@ impl Gpu {
             artifact,
             module,
             functions,
+            launch: None,
             timings: LoadTimings {
                 read: read_and_verify,
                 load: t1 - t0,

@@ -185,6 +185,8 @@ pub struct ListRow {
     pub digest: String,
     /// GPUs on which kart.attest records the blob as proven (`H200`).
     pub attested: Vec<String>,
+    /// The config's derived params.
+    pub derived: std::collections::BTreeMap<String, i64>,
 }
 
 /// The lock as rows.
@@ -212,6 +214,7 @@ pub fn list(ws: &Workspace) -> Result<Vec<ListRow>> {
                 .map(str::to_string)
                 .collect(),
             kind: a.kind.to_string(),
+            derived: a.derived,
             kernel: a.kernel,
             config: a.config,
             target: a.target,

@@ -446,7 +446,7 @@ fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
     p.write(
         "kernels/grid/kernel.toml",
         &format!(
-            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\ndefault = {{ A = 1, B = 16 }}\n[signature]\ngrid = [\"ptr\", \"i32\"]\n{GRID}"
+            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\ndefault = {{ A = 1, B = 16 }}\n[derived]\nWAYS = \"A + 1\"\n[launch]\ngrid = [\"cdiv(N, B)\", \"WAYS\"]\nblock = [\"B\"]\nshared_mem = \"B * 4\"\n[signature]\ngrid = [\"ptr\", \"i32\"]\n{GRID}"
         ),
     );
     p.ok(&["build"]);
@@ -467,6 +467,7 @@ fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
         .arg(&module)
         .arg(repo.join("tests/data/resolution.json"))
         .arg(p.root().join("kart.lock"))
+        .arg(repo.join("tests/data/expr.json"))
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", text(&check));
@@ -706,4 +707,64 @@ fn no_color_is_respected_on_a_terminal() {
     );
     assert!(!plain.contains('\u{1b}'), "NO_COLOR=1 gets none: {plain:?}");
     assert!(plain.contains("--timeout"), "{plain}");
+}
+
+/// A kernel whose grid is narrowed by `require` and which derives a param.
+fn rules_project(require: &str) -> TestProject {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel(
+        "tile",
+        "out[threadIdx.x] = BM * 1000 + WARPS * 10 + ROWS;",
+        &format!(
+            "require = [{require}]\n[derived]\nROWS = \"BM / WARPS\"\n[params]\nBM = [32, 64, 128]\nWARPS = [1, 2, 4, 8]\n"
+        ),
+    );
+    p
+}
+
+#[test]
+fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
+    let p = rules_project("\"ROWS == 16 || ROWS == 32\", \"WARPS <= 4\"");
+    let out = p.ok(&["build", "--explain-grid"]);
+    let shown = stdout(&out);
+    assert!(
+        shown.contains("tile: 12 raw combinations")
+            && shown.contains("require \"ROWS == 16 || ROWS == 32\"  removes 6")
+            && shown.contains("removes 1\n")
+            && shown.contains("5 configs kept, each with derived ROWS"),
+        "{shown}"
+    );
+    assert_eq!(p.compiles(), 0, "--explain-grid compiles nothing");
+    p.ok(&["build"]);
+    // Kept: (32,1) (32,2) (64,2) (64,4) (128,4); (128,8) is removed by WARPS <= 4.
+    assert_eq!(p.compiles(), 5);
+    let lines = p.compile_lines();
+    assert!(
+        lines.iter().any(|l| l.contains("-DBM=64") && l.contains("-DROWS=16")),
+        "{lines:?}"
+    );
+    let lock = p.read("kart.lock");
+    assert!(lock.contains("[artifact.derived]\nROWS = 32"), "{lock}");
+    let out = p.ok(&["ls", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 5);
+    assert!(rows.as_array().unwrap().iter().all(|r| r["derived"]["ROWS"].is_number()));
+    let out = p.ok(&["ls"]);
+    assert!(stdout(&out).contains("BM=64,WARPS=4; ROWS=16"), "{}", stdout(&out));
+    let out = p.ok(&["explain", "tile", "-p", "BM=64", "-p", "WARPS=2"]);
+    assert!(stdout(&out).contains("derived ROWS: 32"), "{}", stdout(&out));
+
+    // Rules written differently that keep the same configs change no key.
+    let before = p.read("kart.lock");
+    let q = rules_project("\"BM / WARPS >= 16 && BM / WARPS <= 32\", \"WARPS * 2 <= 8\"");
+    std::fs::copy(
+        q.root().join("kernels/tile/kernel.toml"),
+        p.root().join("kernels/tile/kernel.toml"),
+    )
+    .unwrap();
+    p.ok(&["build", "--locked"]);
+    p.clear_log();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 0);
+    assert_eq!(p.read("kart.lock"), before);
 }

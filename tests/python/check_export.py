@@ -1,9 +1,10 @@
 """Checks a module written by `kart export --python` without a GPU (standard library
 only). Run by the Rust test `exports_a_python_module...` in tests/cli:
 
-    python3 tests/python/check_export.py MODULE.py tests/data/resolution.json kart.lock
+    python3 tests/python/check_export.py MODULE.py tests/data/resolution.json kart.lock tests/data/expr.json
 
-It imports the module, runs the resolver over the shared table of cases, and checks
+It imports the module, runs the resolver and the expression evaluator over the shared
+tables of cases (the same ones kart's own tests use), computes [launch] geometry, and checks
 that bad calls are refused before the driver is touched and that a corrupted embedded
 cubin is refused. Prints one line per check; exits 1 on the first failure.
 """
@@ -15,7 +16,7 @@ import sys
 import zlib
 
 
-def main(module_path, cases_path, lock_path):
+def main(module_path, cases_path, lock_path, expr_path):
     spec = importlib.util.spec_from_file_location("exported", module_path)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
@@ -37,6 +38,17 @@ def main(module_path, cases_path, lock_path):
         got = mod._resolve(device, case["available"], allow_ptx=case["policy"] == "allow_ptx")
         check(f"resolution: {case['why']}", got == case["expect"], f"{case} -> {got}")
 
+    with open(expr_path) as f:
+        expr_cases = json.load(f)
+    for case in expr_cases:
+        try:
+            got = mod.evaluate(case["expr"], case.get("env", {}))
+            ok = "error" not in case and got == case["value"]
+        except mod.ExprError as e:
+            got = (e.kind, e.at, str(e))
+            ok = e.kind == case.get("error") and case.get("at", e.at) == e.at
+        check(f"expression {case['expr']!r}", ok, f"{case} -> {got}")
+
     exported = mod.kernels()
     check("lists the exported configs", exported == {"grid": [{"A": 1, "B": 16}, {"A": 2, "B": 16}]},
           exported)
@@ -44,6 +56,14 @@ def main(module_path, cases_path, lock_path):
     check("best() without records gives the default", chosen.config == {"A": 1, "B": 16}, chosen.config)
     launcher = mod.load("grid", A=1, B=16)
     check("a launcher is made without the GPU", mod._driver is None)
+    dims = launcher.dims(N=100)
+    check("[launch] geometry from the config, a derived param and the problem",
+          dims == ((7, 2, 1), (16, 1, 1), 64), dims)
+    try:
+        launcher.dims(M=100)
+        check("a problem lacking a key is refused", False)
+    except mod.ExprError as e:
+        check("a problem lacking a key is refused, naming it", "unknown name `N`" in str(e) and "has M" in str(e), e)
     try:
         mod.load("grid", A=3, B=16)
         check("an unexported config is refused", False)
@@ -83,4 +103,4 @@ def main(module_path, cases_path, lock_path):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:4])
+    main(*sys.argv[1:5])

@@ -18,35 +18,14 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::f16;
-use kart::manifest::{Config, Kernel, ParamValue, Project};
-use kart::runtime::{Gpu, KernelArg, LaunchDims, LoadedArtifact, Runtime};
+use kart::manifest::{Config, Kernel, Project};
+use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
 const KERNEL: &str = "flash_attn";
 const ENTRY: &str = "kart_flash_attn_fwd";
-
-fn param(config: &Config, name: &str) -> u32 {
-    match config.0.get(name) {
-        Some(ParamValue::Int(v)) => *v as u32,
-        _ => 0,
-    }
-}
-
-fn dims(config: &Config, batch_heads: u32, seq: u32) -> LaunchDims {
-    let (bm, bn, d, warps) = (
-        param(config, "BLOCK_M"),
-        param(config, "BLOCK_N"),
-        param(config, "HEAD_DIM"),
-        param(config, "NUM_WARPS"),
-    );
-    LaunchDims {
-        grid: (seq.div_ceil(bm), batch_heads, 1),
-        block: (warps * 32, 1, 1),
-        shared_bytes: (bm + 4 * bn) * d * 2,
-    }
-}
 
 /// Random fp16 values in [-1, 1) (never zeros) from a xorshift stream.
 fn random_f16(n: usize, seed: &mut u64) -> Vec<f16> {
@@ -132,14 +111,21 @@ fn launch(
     bh: u32,
     seq: u32,
 ) -> kart::Result<()> {
-    let config = loaded.artifact.config.clone();
+    // Grid, block and shared memory come from kernel.toml's [launch] (recorded in
+    // kart.lock): the batch and heads fold into one axis, so B = bh and H = 1.
+    let problem: kart::tune::Problem = [
+        ("B".to_string(), i64::from(bh)),
+        ("H".to_string(), 1),
+        ("S".to_string(), i64::from(seq)),
+    ]
+    .into();
     let (q, _a) = b.q.device_ptr(stream);
     let (k, _b) = b.k.device_ptr(stream);
     let (v, _c) = b.v.device_ptr(stream);
     let (o, _d) = b.o.device_ptr_mut(stream);
-    loaded.launch(
+    loaded.launch_problem(
         ENTRY,
-        dims(&config, bh, seq),
+        &problem,
         stream,
         &[
             KernelArg::Ptr(q),

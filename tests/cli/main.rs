@@ -740,7 +740,9 @@ fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
     assert_eq!(p.compiles(), 5);
     let lines = p.compile_lines();
     assert!(
-        lines.iter().any(|l| l.contains("-DBM=64") && l.contains("-DROWS=16")),
+        lines
+            .iter()
+            .any(|l| l.contains("-DBM=64") && l.contains("-DROWS=16")),
         "{lines:?}"
     );
     let lock = p.read("kart.lock");
@@ -748,11 +750,24 @@ fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
     let out = p.ok(&["ls", "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
     assert_eq!(rows.as_array().unwrap().len(), 5);
-    assert!(rows.as_array().unwrap().iter().all(|r| r["derived"]["ROWS"].is_number()));
+    assert!(
+        rows.as_array()
+            .unwrap()
+            .iter()
+            .all(|r| r["derived"]["ROWS"].is_number())
+    );
     let out = p.ok(&["ls"]);
-    assert!(stdout(&out).contains("BM=64,WARPS=4; ROWS=16"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("BM=64,WARPS=4; ROWS=16"),
+        "{}",
+        stdout(&out)
+    );
     let out = p.ok(&["explain", "tile", "-p", "BM=64", "-p", "WARPS=2"]);
-    assert!(stdout(&out).contains("derived ROWS: 32"), "{}", stdout(&out));
+    assert!(
+        stdout(&out).contains("derived ROWS: 32"),
+        "{}",
+        stdout(&out)
+    );
 
     // Rules written differently that keep the same configs change no key.
     let before = p.read("kart.lock");

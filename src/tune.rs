@@ -243,6 +243,30 @@ pub fn best(
         }
     }
     if artifact_for(lock, &kernel.name, &config, capability).is_none() {
+        // The default with the problem's exact params may be outside the grid (a rule
+        // removed it): take the built config with those exact params that differs from
+        // the default in the fewest params.
+        let exact: Vec<&String> = kernel
+            .tune
+            .as_ref()
+            .map(|t| t.exact.keys().collect())
+            .unwrap_or_default();
+        let differs = |c: &Config| {
+            c.0.iter()
+                .filter(|(k, v)| default.0.get(*k) != Some(*v))
+                .count()
+        };
+        let closest = lock
+            .artifacts
+            .iter()
+            .filter(|a| a.kernel == kernel.name)
+            .map(|a| &a.config)
+            .filter(|c| exact.iter().all(|p| c.0.get(*p) == config.0.get(*p)))
+            .filter(|c| artifact_for(lock, &kernel.name, c, capability).is_some())
+            .min_by_key(|c| (differs(c), (*c).clone()));
+        if let Some(c) = closest {
+            return Ok((c.clone(), Source::Default));
+        }
         return Err(Error::NotLoadable {
             message: format!(
                 "`{}`'s default config adjusted to the problem, {config}, has no artifact for this GPU in kart.lock",
@@ -528,6 +552,21 @@ mod tests {
             &problem(32, 512, 64),
         );
         assert_eq!(got.unwrap().1, Source::Default);
+        // A default whose adjusted form is not built (a rule removed HEAD_DIM 128 with
+        // BM 128): the built config with HEAD_DIM 128 nearest the default.
+        let wide = Kernel {
+            default: Some(cfg(64, 128)),
+            ..kernel.clone()
+        };
+        let got = best(
+            &tune,
+            &lock,
+            &wide,
+            "NVIDIA H100",
+            h200,
+            &problem(32, 512, 128),
+        );
+        assert_eq!(got.unwrap(), (cfg(128, 64), Source::Default));
     }
 
     #[test]

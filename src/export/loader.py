@@ -734,6 +734,15 @@ def best(kernel, device=0, gpu=None, **problem):
     for param, key in spec["exact"].items():
         if key in problem:
             config[param] = problem[key]
+    exported = kernels().get(kernel, [])
+    if config not in exported:
+        # The default with the problem's exact params may be outside the grid (a rule
+        # removed it): take the exported config with those exact params that differs
+        # from the default in the fewest params (the same choice as kart's best()).
+        same = [c for c in exported if all(c.get(p) == config.get(p) for p in spec["exact"])]
+        if same:
+            config = min(same, key=lambda c: (sum(c.get(k) != v for k, v in spec["default"].items()),
+                                              sorted(c.items())))
     return load(kernel, **config)
 
 

@@ -380,9 +380,9 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
     kernel.derived = derived(&file, &raw, &kernel)?;
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw)?;
-    check_grid(&file, &raw, &kernel)?;
+    let configs = check_grid(&file, &raw, &kernel)?;
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
-    kernel.default = default_config(&file, &raw, &kernel)?;
+    kernel.default = default_config(&file, &raw, &kernel, &configs)?;
     Ok(kernel)
 }
 
@@ -854,10 +854,11 @@ fn launch(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Option<LaunchSpec>> 
     }))
 }
 
-/// Every rule and derived param evaluates on every config `[[exclude]]` leaves.
-fn check_grid(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<()> {
+/// Every rule and derived param evaluates on every config `[[exclude]]` leaves; the
+/// configs kept.
+fn check_grid(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<Vec<Config>> {
     match kernel.grid_report() {
-        Ok(_) => Ok(()),
+        Ok((_, configs)) => Ok(configs),
         Err(GridError { at, config, error }) => {
             let (text, what) = match at {
                 RuleOrDerived::Rule(i) => (&raw.require[i], "require".to_string()),
@@ -881,8 +882,8 @@ fn default_config(
     file: &SourceFile<'_>,
     raw: &RawKernel,
     kernel: &Kernel,
+    configs: &[Config],
 ) -> Result<Option<Config>> {
-    let configs = kernel.configs();
     if configs.is_empty() {
         return Err(file.error(
             0..0,

@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Grid enumeration and the no-op build, timed (medians). Run from the repository root
+# after `scripts/setup && target/release/kart build`:
+#   bench/grid.sh [OLD_KART OLD_CHECKOUT]
+# 1. `kart build --explain-grid` on bench/grid (100,000 raw combinations, 5 rules, a
+#    derived param): the whole command, median of 11.
+# 2. A no-op `kart build` of the repository (89 artifacts), median of 21; with an older
+#    kart and a checkout of its commit (sharing this store), the same for it.
+set -euo pipefail
+kart=$(realpath target/release/kart)
+export KART_NVCC=${KART_NVCC:-$PWD/.toolchain/py/nvidia/cu13/bin/nvcc}
+median() {  # runs "$@" N times (N first), prints the median wall time in ms
+  local n=$1; shift
+  for _ in $(seq "$n"); do
+    local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
+    echo $(( (t1 - t0) / 1000 ))
+  done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] / 1000}'
+}
+echo "kart $(git rev-parse --short HEAD), $(nproc) cores"
+"$kart" -C bench/grid build --explain-grid | sed 's/^/  /'
+echo "explain-grid, 100k raw combinations: $(median 11 "$kart" -C bench/grid build --explain-grid) ms (whole command, median of 11)"
+"$kart" -q build  # warm: everything from the store
+echo "no-op build of the repository, this kart: $(median 21 "$kart" -q build) ms (median of 21)"
+if [[ $# -eq 2 ]]; then
+  old=$(realpath "$1"); dir=$2
+  echo "older kart: $("$old" --version) in $dir at $(git -C "$dir" rev-parse --short HEAD)"
+  (cd "$dir" && "$old" -q build)
+  echo "no-op build of the repository, older kart: $(cd "$dir" && median 21 "$old" -q build) ms (median of 21)"
+fi

@@ -326,10 +326,7 @@ fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
     let tune = TuneFile::read(path, path)?;
     let mut bench = bench(gpu, 7);
     let mut ok = true;
-    for problem in problems()
-        .into_iter()
-        .chain([problem(2048, 2048, 2048)])
-    {
+    for problem in problems().into_iter().chain([problem(2048, 2048, 2048)]) {
         let t0 = std::time::Instant::now();
         let (config, source) = kart::tune::best(
             &tune,
@@ -379,7 +376,9 @@ fn main() -> Res<()> {
         }
         "demo" => demo(&rt, &gpu, &kernel)?,
         _ => {
-            eprintln!("usage: sgemm check|tune|demo (from the repository root, after `kart build`)");
+            eprintln!(
+                "usage: sgemm check|tune|demo (from the repository root, after `kart build`)"
+            );
             std::process::exit(2);
         }
     };

@@ -14,8 +14,12 @@ pub const TEMP_PREFIX: &str = ".tmp-kart-";
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).at("create folder", dir)?;
+    // 0666 less the umask, as any tool's new file: tempfile's default 0600 would make
+    // kart.lock or an exported module unreadable to the rest of a team or a container
+    // build running as another user.
     let mut tmp = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
+        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
         .tempfile_in(dir)
         .at("create a temp file in", dir)?;
     let name = path

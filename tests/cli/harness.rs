@@ -144,6 +144,23 @@ impl TestProject {
         cmd.output().unwrap()
     }
 
+    /// Runs `sh -c SCRIPT kart` in the project, with the logging nvcc: `"$0"` in the
+    /// script is the kart binary (for a umask or other shell state before it starts).
+    pub fn kart_env_via_shell(&self, script: &str) -> Output {
+        Command::new("sh")
+            .arg("-c")
+            .arg(script)
+            .arg(env!("CARGO_BIN_EXE_kart"))
+            .current_dir(self.root())
+            .env("KART_NVCC", logging_nvcc())
+            .env("KART_TEST_NVCC_LOG", &self.nvcc_log)
+            .env_remove("NVCC_PREPEND_FLAGS")
+            .env_remove("NVCC_APPEND_FLAGS")
+            .env_remove("NVCC_CCBIN")
+            .output()
+            .unwrap()
+    }
+
     /// Runs kart and asserts success.
     pub fn ok(&self, args: &[&str]) -> Output {
         let out = self.kart(args);

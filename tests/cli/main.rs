@@ -783,3 +783,33 @@ fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
     assert_eq!(p.compiles(), 0);
     assert_eq!(p.read("kart.lock"), before);
 }
+
+/// Files kart writes for people (the lock, the sidecars' writer, an exported module, a
+/// materialized cubin, the store's blobs) follow the umask like any tool's.
+#[test]
+fn files_kart_writes_follow_the_umask() {
+    use std::os::unix::fs::PermissionsExt;
+    let p = grid_project();
+    for (umask, want) in [("022", 0o644), ("027", 0o640)] {
+        let _ = std::fs::remove_dir_all(p.root().join("artifacts"));
+        let _ = std::fs::remove_file(p.root().join("kart.lock"));
+        let module = p.root().join("k.py");
+        let _ = std::fs::remove_file(&module);
+        let script = format!(
+            "umask {umask} && \"$0\" build -q && \"$0\" export --python -o k.py grid:A=1,B=16 && \"$0\" path grid -p A=1 -p B=16 --target sm_90"
+        );
+        let out = p.kart_env_via_shell(&script);
+        assert!(out.status.success(), "{}", text(&out));
+        let materialized = std::path::PathBuf::from(stdout(&out).trim());
+        let mut files = vec![p.root().join("kart.lock"), module, materialized];
+        files.extend(
+            p.blobs()
+                .into_iter()
+                .map(|(rel, _)| p.root().join("artifacts/v1/blobs").join(rel)),
+        );
+        for f in files {
+            let mode = std::fs::metadata(&f).unwrap().permissions().mode() & 0o777;
+            assert_eq!(mode, want, "umask {umask}: {} is {mode:o}", f.display());
+        }
+    }
+}

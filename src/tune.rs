@@ -278,6 +278,53 @@ pub fn best(
     Ok((config, Source::Default))
 }
 
+/// [`best`] memoized for the steady state: a repeated (kernel, GPU, problem) is a map
+/// lookup, no scan of the records and no check of the lock. One cache serves one pair
+/// of `kart.tune` and `kart.lock` (make a new one when either is read again); it is
+/// safe to share between threads.
+#[derive(Debug, Default)]
+pub struct BestCache {
+    memo: std::sync::RwLock<std::collections::HashMap<BestKey, (Config, Source)>>,
+}
+
+type BestKey = (String, String, (u32, u32), Vec<(String, i64)>);
+
+impl BestCache {
+    /// An empty cache.
+    pub fn new() -> BestCache {
+        BestCache::default()
+    }
+
+    /// What [`best`] answers, computed once per (kernel, GPU, capability, problem).
+    /// Errors are not cached.
+    pub fn best(
+        &self,
+        tune: &TuneFile,
+        lock: &Lockfile,
+        kernel: &Kernel,
+        gpu_name: &str,
+        capability: Capability,
+        problem: &Problem,
+    ) -> Result<(Config, Source)> {
+        let key: BestKey = (
+            kernel.name.clone(),
+            gpu_name.to_string(),
+            (capability.major, capability.minor),
+            problem.iter().map(|(k, v)| (k.clone(), *v)).collect(),
+        );
+        if let Ok(memo) = self.memo.read()
+            && let Some(hit) = memo.get(&key)
+        {
+            return Ok(hit.clone());
+        }
+        let answer = best(tune, lock, kernel, gpu_name, capability, problem)?;
+        if let Ok(mut memo) = self.memo.write() {
+            memo.insert(key, answer.clone());
+        }
+        Ok(answer)
+    }
+}
+
 /// What one config did in a tuning run.
 #[derive(Clone, Debug)]
 pub struct Trial {
@@ -567,6 +614,34 @@ mod tests {
             &problem(32, 512, 128),
         );
         assert_eq!(got.unwrap(), (cfg(128, 64), Source::Default));
+    }
+
+    proptest::proptest! {
+        /// The memoized answer is the unmemoized one, over the repository's own records
+        /// and lock and random problems (asked twice, so the second is a cache hit).
+        #[test]
+        fn the_cache_answers_what_best_answers(
+            b in 1i64..64, h in 1i64..64, s in 1i64..8192, d in proptest::sample::select(vec![64i64, 128]),
+            causal in 0i64..2, m in 1i64..8192, n in 1i64..8192, k in 1i64..8192,
+            gpu in proptest::sample::select(vec!["NVIDIA H200", "NVIDIA H100 80GB HBM3", "other"]),
+        ) {
+            let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+            let project = crate::build::manifest::Project::discover(root).unwrap();
+            let lock = Lockfile::read(&root.join("kart.lock"), Path::new("kart.lock")).unwrap().unwrap();
+            let tune = TuneFile::read(&root.join(TUNE_FILE), Path::new(TUNE_FILE)).unwrap();
+            let cache = BestCache::new();
+            let h100 = Capability { major: 9, minor: 0 };
+            let fa: Problem = [("B".into(), b), ("H".into(), h), ("S".into(), s), ("D".into(), d), ("causal".into(), causal)].into();
+            let gemm: Problem = [("M".into(), m), ("N".into(), n), ("K".into(), k)].into();
+            for (kernel, problem) in [("flash_attn", &fa), ("sgemm", &gemm)] {
+                let kernel = project.kernel(kernel).unwrap();
+                let slow = best(&tune, &lock, kernel, gpu, h100, problem).map_err(|e| e.to_string());
+                for _ in 0..2 {
+                    let fast = cache.best(&tune, &lock, kernel, gpu, h100, problem).map_err(|e| e.to_string());
+                    proptest::prop_assert_eq!(&fast, &slow);
+                }
+            }
+        }
     }
 
     #[test]

@@ -9,8 +9,8 @@ import sys
 import threading
 import zlib
 
-__all__ = ["ExprError", "KartError", "Launcher", "NoCubinForThisGPU", "best", "kernels", "launch", "load",
-           "preload"]
+__all__ = ["ExprError", "KartError", "Launcher", "NoCubinForThisGPU", "WrongDevice", "best", "kernels", "launch",
+           "load", "preload"]
 
 
 class KartError(RuntimeError):
@@ -19,6 +19,12 @@ class KartError(RuntimeError):
 
 class NoCubinForThisGPU(KartError):
     """None of the exported cubins of a kernel config runs on this GPU."""
+
+
+class WrongDevice(KartError, ValueError):
+    """A tensor or array lives on another device than the launch (launching would run
+    the kernel on one GPU with another's pointers: an illegal memory access that
+    poisons the context)."""
 
 
 # --- Expressions of kernel.toml ([launch]), with the same rules as kart's evaluator:
@@ -362,6 +368,7 @@ def _declare(lib):
         "cuModuleGetFunction": [pp, p, ctypes.c_char_p],
         "cuFuncSetAttribute": [p, i, i],
         "cuLaunchKernel": [p, u, u, u, u, u, u, u, p, pp, pp],
+        "cuPointerGetAttribute": [p, i, ctypes.c_uint64],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
@@ -540,6 +547,61 @@ def _pack(name, info, args):
     return packed
 
 
+# The fast path packs every argument into one 8-byte slot of a buffer made once per
+# launcher, with one struct call: each kind's format and its padding to 8 bytes.
+_SLOT_FORMATS = {
+    "ptr": "Q", "i8": "b7x", "u8": "B7x", "i16": "h6x", "u16": "H6x", "f16": "H6x",
+    "bf16": "H6x", "i32": "i4x", "u32": "I4x", "f32": "f4x", "i64": "q", "u64": "Q",
+    "f64": "d",
+}
+_POINTER_ATTR_DEVICE_ORDINAL = 9
+
+# type -> how to read a pointer argument: 1 torch tensor, 2 other CUDA array, 3 raw int.
+_pointer_kinds = {int: 3, bool: 0}
+
+
+def _pointer_kind(arg):
+    t = type(arg)
+    kind = _pointer_kinds.get(t)
+    if kind is None:
+        if hasattr(arg, "data_ptr") and hasattr(arg, "get_device"):
+            kind = 1
+        elif hasattr(arg, "__cuda_array_interface__"):
+            kind = 2
+        else:
+            kind = 0
+        _pointer_kinds[t] = kind
+    return kind
+
+
+_stream_reader = None
+
+
+def _raw_stream_reader():
+    """A function giving PyTorch's current raw stream for a device ordinal (the
+    capturing stream inside a CUDA-graph capture) once torch is in use, else None (the
+    default stream). Looked up once."""
+    global _stream_reader
+    if _stream_reader is None:
+        torch = sys.modules.get("torch")
+        if torch is None or not torch.cuda.is_available():
+            return None
+        fast = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+        _stream_reader = fast or (lambda ordinal: torch.cuda.current_stream(ordinal).cuda_stream)
+    return _stream_reader
+
+
+class _Bound:
+    """What a launcher keeps per CUDA context: everything a launch needs that cannot
+    change while the context lives."""
+
+    __slots__ = ("lib", "ctx", "ordinal", "artifact", "function", "shared_allowed")
+
+    def __init__(self, lib, ctx, ordinal, artifact, function):
+        self.lib, self.ctx, self.ordinal = lib, ctx, ordinal
+        self.artifact, self.function, self.shared_allowed = artifact, function, _DEFAULT_SHARED_LIMIT
+
+
 def _current_stream():
     """PyTorch's current stream when torch is in use, else the default stream."""
     torch = sys.modules.get("torch")
@@ -570,6 +632,19 @@ class Launcher:
         self._env = {**first.get("derived", {}), **self.config}
         self._info = next(e for e in next(iter(artifacts.values()))["entries"] if e["name"] == entry)
         self._name = f"{kernel}[{_config_text(config)}].{entry}"
+        self._bound = {}  # context handle -> _Bound
+        self._mutex = threading.Lock()  # guards the reused argument buffers below
+        self._ctx = ctypes.c_void_p()
+        kinds = self._info.get("signature")
+        # With a declared signature, packing is prepared once: one struct format, one
+        # buffer of 8-byte slots and the pointer array into it. Without one, kinds are
+        # inferred from each call's values (the general path).
+        self._kinds = tuple(kinds) if kinds else None
+        if kinds:
+            self._format = "<" + "".join(_SLOT_FORMATS[k] for k in kinds)
+            self._slots = (ctypes.c_uint64 * max(len(kinds), 1))()
+            base = ctypes.addressof(self._slots)
+            self._params = (ctypes.c_void_p * max(len(kinds), 1))(*[base + 8 * i for i in range(len(kinds))])
 
     def __repr__(self):
         return f"<kart kernel {self._name}, targets {', '.join(sorted(self._artifacts))}>"
@@ -599,25 +674,116 @@ class Launcher:
         """Launch on `grid` x `block` (ints or tuples of up to 3) with `args` (tensors,
         arrays, ints, floats), `shared_mem` bytes of dynamic shared memory, on `stream`
         (a CUstream handle or an object with `.cuda_stream`/`.ptr`; default: PyTorch's
-        current stream, else the default stream)."""
-        packed = _pack(self._name, self._info, args)
-        grid, block = _dims(grid, "grid"), _dims(block, "block")
+        current stream, else the default stream). A tensor or array on another GPU than
+        the launch's is refused before anything reaches the driver."""
+        g = (grid, 1, 1) if type(grid) is int and grid > 0 else _dims(grid, "grid")
+        b = (block, 1, 1) if type(block) is int and block > 0 else _dims(block, "block")
+        lib = _driver
+        if lib is None:
+            # The first launch in this process: every argument is checked before the
+            # driver is even loaded (the general path raises the exact error).
+            _pack(self._name, self._info, args)
+            lib = _cuda()
+        with self._mutex:
+            lib.cuCtxGetCurrent(ctypes.byref(self._ctx))
+            bound = self._bound.get(self._ctx.value)
+            if bound is None or self._kinds is None:
+                bound = self._bind_context(device)
+                if self._kinds is None:
+                    return self._launch_general(bound, g, b, args, shared_mem, stream)
+            if shared_mem > bound.shared_allowed:
+                self._allow_shared(bound, shared_mem)
+            if stream is None:
+                reader = _raw_stream_reader()
+                stream = reader(bound.ordinal) if reader else 0
+            elif type(stream) is not int:
+                stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
+            try:
+                values = self._values(args, bound)
+                struct.pack_into(self._format, self._slots, 0, *values)
+            except WrongDevice:
+                raise
+            except (struct.error, TypeError, OverflowError, ValueError):
+                # The general path says exactly what is wrong (or packs what struct
+                # refuses to, such as a float beyond f32's range, as ctypes would).
+                return self._launch_general(bound, g, b, args, shared_mem, stream)
+            result = lib.cuLaunchKernel(bound.function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
+                                        stream or None, self._params, None)
+        if result:
+            _check(lib, result, f"cuLaunchKernel({self._name})")
+
+    def _values(self, args, bound):
+        """The arguments as struct values, with the cheap checks: count, kinds, devices."""
+        kinds = self._kinds
+        if len(args) != len(kinds):
+            raise TypeError("count")  # the general path words it
+        values = []
+        for i, kind in enumerate(kinds):
+            arg = args[i]
+            if kind == "ptr":
+                how = _pointer_kind(arg)
+                if how == 1:
+                    where = arg.get_device()
+                    if where != bound.ordinal:
+                        raise _wrong_device(self._name, i, where, bound.ordinal)
+                    values.append(arg.data_ptr())
+                elif how == 2:
+                    pointer = arg.__cuda_array_interface__["data"][0]
+                    where = ctypes.c_int()
+                    if pointer and bound.lib.cuPointerGetAttribute(
+                            ctypes.byref(where), _POINTER_ATTR_DEVICE_ORDINAL, pointer) == 0 \
+                            and where.value != bound.ordinal:
+                        raise _wrong_device(self._name, i, where.value, bound.ordinal)
+                    values.append(pointer)
+                elif how == 3:
+                    values.append(arg)  # a raw CUdeviceptr: the caller vouches for it
+                else:
+                    raise TypeError("pointer")
+            elif type(arg) is bool:
+                raise TypeError("bool")
+            elif kind == "f16":
+                values.append(struct.unpack("<H", struct.pack("<e", float(arg)))[0])
+            elif kind == "bf16":
+                bits = struct.unpack("<I", struct.pack("<f", float(arg)))[0]
+                values.append((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
+            else:
+                values.append(arg)
+        return values
+
+    def _bind_context(self, device):
         lib, ctx, artifact, function = self._bind(device)
-        if shared_mem > _DEFAULT_SHARED_LIMIT:
-            key = (ctx, artifact["sha256"], self.entry)
-            if _shared_allowed.get(key, 0) < shared_mem:
-                _check(lib, lib.cuFuncSetAttribute(function, _FUNC_ATTR_MAX_DYNAMIC_SHARED, shared_mem),
-                       f"cuFuncSetAttribute(max dynamic shared memory = {shared_mem})")
-                _shared_allowed[key] = shared_mem
+        ordinal = ctypes.c_int()
+        _check(lib, lib.cuCtxGetDevice(ctypes.byref(ordinal)), "cuCtxGetDevice")
+        bound = _Bound(lib, ctx, ordinal.value, artifact, function)
+        bound.shared_allowed = max(_DEFAULT_SHARED_LIMIT,
+                                   _shared_allowed.get((ctx, artifact["sha256"], self.entry), 0))
+        self._bound[ctx] = bound
+        return bound
+
+    def _allow_shared(self, bound, shared_mem):
+        key = (bound.ctx, bound.artifact["sha256"], self.entry)
+        if _shared_allowed.get(key, 0) < shared_mem:
+            _check(bound.lib, bound.lib.cuFuncSetAttribute(bound.function, _FUNC_ATTR_MAX_DYNAMIC_SHARED, shared_mem),
+                   f"cuFuncSetAttribute(max dynamic shared memory = {shared_mem})")
+            _shared_allowed[key] = shared_mem
+        bound.shared_allowed = shared_mem
+
+    def _launch_general(self, bound, grid, block, args, shared_mem, stream):
+        """Kinds inferred per call (no signature), and every exact error message."""
+        packed = _pack(self._name, self._info, args)
+        for i, arg in enumerate(args):
+            if _is_array(arg) and _pointer_kind(arg) == 1 and arg.get_device() != bound.ordinal:
+                raise _wrong_device(self._name, i, arg.get_device(), bound.ordinal)
+        if shared_mem > bound.shared_allowed:
+            self._allow_shared(bound, shared_mem)
         if stream is None:
             stream = _current_stream()
         stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
         pointers = (ctypes.c_void_p * max(len(packed), 1))(
             *[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in packed])
-        _check(lib, lib.cuLaunchKernel(function, *grid, *block, shared_mem, stream or None,
-                                       ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
+        _check(bound.lib, bound.lib.cuLaunchKernel(bound.function, *grid, *block, shared_mem, stream or None,
+                                                   ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
                f"cuLaunchKernel({self._name})")
-
 
     def dims(self, **problem):
         """(grid, block, shared_mem) that the kernel's [launch] computes for this config
@@ -638,6 +804,14 @@ def launch(kernel, *args, problem, stream=None, device=0, **config):
     launcher = load(kernel, **config) if config else best(kernel, device=device, **problem)
     launcher.launch(*args, problem=problem, stream=stream, device=device)
     return launcher
+
+
+def _wrong_device(name, index, where, ordinal):
+    place = "the CPU" if where < 0 else f"cuda:{where}"
+    return WrongDevice(
+        f"{name}: argument {index} is on {place}, but the launch is on cuda:{ordinal} "
+        "(the current device): move it, or make its device current first"
+    )
 
 
 def _dims(value, what):
@@ -703,18 +877,37 @@ def _gpu_name(device):
     return name.value.decode()
 
 
+_gpu_names = {}
+_best_memo = {}
+
+
 def best(kernel, device=0, gpu=None, **problem):
     """The launcher of the tuned config for `problem` (named ints, e.g. B=32, H=32,
     S=512, D=64, causal=0) on this GPU, from the tuning records embedded at export: the
     record for this problem, else the nearest one (same exact keys, e.g. D and causal;
     nearest on the others in log scale), else the kernel's default with its exact params
-    set from the problem. Nothing is timed. `gpu` overrides the GPU name (tests)."""
+    set from the problem. Nothing is timed; a repeated problem is a dictionary hit
+    (memoized per `device` argument, whose GPU name is read once). `gpu` overrides the
+    GPU name (tests)."""
+    key = (kernel, device, gpu, tuple(sorted(problem.items())))
+    hit = _best_memo.get(key)
+    if hit is not None:
+        return hit
+    if gpu is None:
+        gpu = _gpu_names.get(device)
+        if gpu is None:
+            gpu = _gpu_names[device] = _gpu_name(device)
+    launcher = _best_uncached(kernel, gpu, problem)
+    _best_memo[key] = launcher
+    return launcher
+
+
+def _best_uncached(kernel, gpu, problem):
     import math
 
     spec = _TUNE_SPEC.get(kernel)
     if spec is None:
         raise KartError(f"no kernel {kernel!r} was exported")
-    gpu = gpu or _gpu_name(device)
     exact_keys = list(spec["exact"].values())
     candidates = [
         r for r in _TUNING

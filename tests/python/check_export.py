@@ -54,6 +54,18 @@ def main(module_path, cases_path, lock_path, expr_path):
           exported)
     chosen = mod.best("grid", gpu="NVIDIA H200", N=4096)
     check("best() without records gives the default", chosen.config == {"A": 1, "B": 16}, chosen.config)
+    import random
+
+    rng = random.Random(7)
+    for _ in range(200):
+        problem = {"N": rng.randrange(1, 1 << 20), "M": rng.randrange(1, 64)}
+        gpu = rng.choice(["NVIDIA H200", "NVIDIA H100 80GB HBM3"])
+        first = mod.best("grid", gpu=gpu, **problem)
+        again = mod.best("grid", gpu=gpu, **problem)
+        slow = mod._best_uncached("grid", gpu, problem)
+        if not (first is again and first.config == slow.config and first.entry == slow.entry):
+            check("memoized best() answers what the unmemoized one does", False, problem)
+    check("memoized best() answers what the unmemoized one does (200 random problems, repeats hit)", True)
     launcher = mod.load("grid", A=1, B=16)
     check("a launcher is made without the GPU", mod._driver is None)
     dims = launcher.dims(N=100)
@@ -81,6 +93,42 @@ def main(module_path, cases_path, lock_path, expr_path):
             check(f"refuses {what}", False)
         except error as e:
             check(f"refuses {what}: {e}", mod._driver is None)
+    # The fast path (a declared signature): one struct format into reused slots. Its
+    # bytes equal the general path's, and it refuses a tensor on another device.
+    import struct
+
+    class FakeTensor:  # what the fast path reads of a torch tensor
+        def __init__(self, pointer, device):
+            self.pointer, self.device = pointer, device
+
+        def data_ptr(self):
+            return self.pointer
+
+        def get_device(self):
+            return self.device
+
+    bound = mod._Bound(None, 1, 0, {"sha256": "0" * 64}, 1)
+    for _ in range(200):
+        args = (FakeTensor(rng.randrange(1, 1 << 48), 0), rng.randrange(-(1 << 31), 1 << 31))
+        struct.pack_into(launcher._format, launcher._slots, 0, *launcher._values(args, bound))
+        general = b"".join(bytes(c).ljust(8, b"\0") for c in mod._pack("grid", launcher._info, args))
+        if bytes(launcher._slots) != general:
+            check("the fast path packs what the general path packs", False, args)
+    check("the fast path packs what the general path packs (200 random calls)", True)
+    for device, place in ((1, "cuda:1"), (-1, "the CPU")):
+        try:
+            launcher._values((FakeTensor(1 << 40, device), 5), bound)
+            check(f"refuses a tensor on {place}", False)
+        except mod.WrongDevice as e:
+            check(f"refuses a tensor on {place}: {e}", place in str(e) and "cuda:0" in str(e))
+    for args in [(1 << 40,), (object(), 7), (1 << 40, "seven"), (1 << 40, True)]:
+        try:
+            struct.pack_into(launcher._format, launcher._slots, 0, *launcher._values(args, bound))
+            check(f"the fast path does not pack {args!r}", False)
+        except (TypeError, struct.error):
+            pass
+    check("the fast path hands every bad call to the general path's errors", True)
+
     # A well-formed call reaches the driver; this machine may not have one.
     try:
         launcher(1, 32, 1 << 40, 5)

@@ -10,7 +10,7 @@ import threading
 import zlib
 
 __all__ = ["ExprError", "KartError", "Launcher", "NoCubinForThisGPU", "WrongDevice", "best", "kernels", "launch",
-           "load", "preload"]
+           "load", "preload", "torch_op"]
 
 
 class KartError(RuntimeError):
@@ -633,6 +633,7 @@ class Launcher:
         self._info = next(e for e in next(iter(artifacts.values()))["entries"] if e["name"] == entry)
         self._name = f"{kernel}[{_config_text(config)}].{entry}"
         self._bound = {}  # context handle -> _Bound
+        self._geometry = {}  # problem items -> (grid, block, shared_mem) of [launch]
         self._mutex = threading.Lock()  # guards the reused argument buffers below
         self._ctx = ctypes.c_void_p()
         kinds = self._info.get("signature")
@@ -792,8 +793,13 @@ class Launcher:
 
     def launch(self, *args, problem, stream=None, device=0):
         """Launch with the geometry [launch] computes for `problem` (a dict of named
-        ints): no grid, block or shared-memory arithmetic in the caller."""
-        grid, block, shared = _geometry(self.kernel, self._env, problem)
+        ints): no grid, block or shared-memory arithmetic in the caller. The geometry of
+        a repeated problem is a dictionary hit."""
+        key = tuple(problem.items())
+        geometry = self._geometry.get(key)
+        if geometry is None:
+            geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem)
+        grid, block, shared = geometry
         self(grid, block, *args, shared_mem=shared, stream=stream, device=device)
 
 
@@ -804,6 +810,61 @@ def launch(kernel, *args, problem, stream=None, device=0, **config):
     launcher = load(kernel, **config) if config else best(kernel, device=device, **problem)
     launcher.launch(*args, problem=problem, stream=stream, device=device)
     return launcher
+
+
+_torch_libraries = []  # torch.library.Library objects must outlive their ops
+_INT_KINDS = ("i8", "u8", "i16", "u16", "i32", "u32", "i64", "u64")
+
+
+def torch_op(kernel, mutates, problem=(), name=None, **config):
+    """Register `kernel` as a PyTorch custom op, `torch.ops.kart.<name>` (default: the
+    kernel's name), so `torch.compile(fullgraph=True)` of a function that calls it
+    compiles without a graph break and CUDA graphs capture it.
+
+    The op takes the entry's parameters in order (pointers as tensors, integers as
+    int, floating-point kinds as float), then one int per key of `problem`; it returns
+    nothing and writes the tensors whose parameter indices are in `mutates` (its fake
+    implementation, for tracing, therefore has nothing to compute). Each call picks the
+    config with `best()` for the problem (or uses the one `config` names) and launches
+    the kernel's first entry with its [launch] geometry on PyTorch's current stream.
+    Needs the entry's declared [signature].
+
+        op = kernels.torch_op("flash_attn", mutates=[3], problem=("B", "H", "S", "D", "causal"))
+        op(q, k, v, o, S, B, H, S, D, causal)
+    """
+    import torch
+
+    sample = next((a for a in _ARTIFACTS if a["kernel"] == kernel), None)
+    if sample is None:
+        raise KartError(f"no kernel {kernel!r} was exported")
+    info = sample["entries"][0]
+    if not info.get("signature"):
+        raise KartError(f"{kernel}: torch_op needs the entry's [signature] in kernel.toml")
+    kinds, name = info["signature"], name or kernel
+    params, aliases = [], iter("abcdefghijklmnopqrstuvwxyz")
+    for i, kind in enumerate(kinds):
+        if kind == "ptr":
+            params.append(f"Tensor({next(aliases)}!) a{i}" if i in mutates else f"Tensor a{i}")
+        else:
+            params.append(f"int a{i}" if kind in _INT_KINDS else f"float a{i}")
+    params += [f"int {key}" for key in problem]
+    library = torch.library.Library("kart", "FRAGMENT")
+    library.define(f"{name}({', '.join(params)}) -> ()")
+    count = len(kinds)
+
+    def run(*args):
+        values, asked = args[:count], dict(zip(problem, args[count:]))
+        tensor = next((a for a in values if isinstance(a, torch.Tensor)), None)
+        device = tensor.device.index if tensor is not None and tensor.device.index is not None else 0
+        launch(kernel, *values, problem=asked, device=device, **config)
+
+    def fake(*args):
+        return None
+
+    library.impl(name, run, "CUDA")
+    torch.library.register_fake(f"kart::{name}", fake, lib=library)
+    _torch_libraries.append(library)
+    return getattr(torch.ops.kart, name)
 
 
 def _wrong_device(name, index, where, ordinal):

@@ -359,6 +359,10 @@ const TESTS: &[Test] = &[
         "smoke_all_attests_every_loadable_cubin_and_survives_a_crash",
         smoke_all_attests_every_loadable_cubin_and_survives_a_crash,
     ),
+    (
+        "python_module_in_cuda_graphs_and_torch_compile",
+        python_module_in_cuda_graphs_and_torch_compile,
+    ),
 ];
 
 /// The kart binary: the one cargo built here, else `kart` on PATH (the staged copy on
@@ -478,6 +482,82 @@ fn python_export_launches_with_torch_and_cupy(f: &Fixture, _: &Gpu) -> TestResul
     }
     if !output.status.success() || !text.contains("all GPU checks passed") {
         return Err("the exported module failed on the GPU".into());
+    }
+    Ok(())
+}
+
+/// The repository's smoke and FlashAttention kernels (FlashAttention's default config
+/// for sm_90 only, to keep the build short) exported and run by
+/// `tests/python/gpu_torch.py`: CUDA-graph capture and replay before and after
+/// `preload()`, a launch-cost sanity bound, and `torch_op` under
+/// `torch.compile(fullgraph=True)`, with and without CUDA graphs.
+fn python_module_in_cuda_graphs_and_torch_compile(_: &Fixture, _: &Gpu) -> TestResult {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let repo = repo_root();
+    std::fs::write(
+        dir.path().join("kart.toml"),
+        "[project]\ntargets = [\"sm_90\"]\n[toolchain]\nnvcc = \"13.0\"\n",
+    )
+    .map_err(|e| e.to_string())?;
+    for kernel in ["smoke", "flash_attn"] {
+        let to = dir.path().join("kernels").join(kernel);
+        std::fs::create_dir_all(&to).map_err(|e| e.to_string())?;
+        for f in std::fs::read_dir(repo.join("kernels").join(kernel)).map_err(|e| e.to_string())? {
+            let f = f.map_err(|e| e.to_string())?;
+            std::fs::copy(f.path(), to.join(f.file_name())).map_err(|e| e.to_string())?;
+        }
+    }
+    let default = [
+        "-p",
+        "HEAD_DIM=64",
+        "-p",
+        "CAUSAL=0",
+        "-p",
+        "BLOCK_M=128",
+        "-p",
+        "BLOCK_N=64",
+        "-p",
+        "NUM_WARPS=4",
+    ];
+    let mut build = vec!["build", "-q", "--target", "sm_90", "flash_attn"];
+    build.extend(default);
+    for args in [&["build", "-q", "smoke"][..], &build[..]] {
+        let (code, out) = run_kart(dir.path(), args, &[]);
+        if code != 0 {
+            return Err(format!("kart {args:?} failed: {out}"));
+        }
+    }
+    let module = dir.path().join("bk.py");
+    let (code, out) = run_kart(
+        dir.path(),
+        &[
+            "export",
+            "--python",
+            "-o",
+            module.to_str().ok_or("path")?,
+            "smoke",
+            "flash_attn",
+        ],
+        &[],
+    );
+    if code != 0 {
+        return Err(format!("export failed: {out}"));
+    }
+    let output = std::process::Command::new("python3")
+        .arg(repo.join("tests/python/gpu_torch.py"))
+        .arg(&module)
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        println!("    {line}");
+    }
+    if !output.status.success() || !text.contains("all torch checks passed") {
+        return Err("the exported module failed with CUDA graphs or torch.compile".into());
     }
     Ok(())
 }

@@ -8,8 +8,9 @@ N calls each):
 
 Rows: the exported launcher of the smoke kernel (torch tensors on the default stream;
 with `stream=`; raw integer pointers), `best()` alone for a FlashAttention problem, the
-competition-style `best()` + launch of that problem, CuPy's RawModule on the same smoke
-cubin, and `torch.mul(x, 2.0, out=y)`.
+competition-style `best()` + launch of that problem, a CUDA graph replay of 100
+captured launches (per launch), CuPy's RawModule on the same smoke cubin, and
+`torch.mul(x, 2.0, out=y)`.
 """
 import importlib.util
 import statistics
@@ -76,6 +77,13 @@ def main(module_path, cubin_path, n=20000):
         bk.launch("flash_attn", q, k, v, o, 512, problem=problem)
         rows.append(("launch('flash_attn', ..., problem=...) (best() and [launch])",
                      per_call_us(lambda: bk.launch("flash_attn", q, k, v, o, 512, problem=problem), n // 10)))
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        for _ in range(100):
+            axpb(grid, block, x, y, 2.0, 1.0, size)
+    graph.replay()
+    rows.append(("CUDA graph replay of 100 captured launches, per launch",
+                 per_call_us(graph.replay, max(n // 100, 10)) / 100))
     module = cp.RawModule(path=cubin_path)
     fn = module.get_function("kart_smoke_axpb")
     xc = cp.asarray(x)

@@ -940,6 +940,7 @@ def _gpu_name(device):
 
 _gpu_names = {}
 _best_memo = {}
+_tuning_index = {}
 
 
 def best(kernel, device=0, gpu=None, **problem):
@@ -950,7 +951,9 @@ def best(kernel, device=0, gpu=None, **problem):
     set from the problem. Nothing is timed; a repeated problem is a dictionary hit
     (memoized per `device` argument, whose GPU name is read once). `gpu` overrides the
     GPU name (tests)."""
-    key = (kernel, device, gpu, tuple(sorted(problem.items())))
+    # Keyed in the caller's order of keywords (one call site keeps it): the same
+    # problem spelled in another order is only another key with the same answer.
+    key = (kernel, device, gpu, *problem.items())
     hit = _best_memo.get(key)
     if hit is not None:
         return hit
@@ -970,11 +973,14 @@ def _best_uncached(kernel, gpu, problem):
     if spec is None:
         raise KartError(f"no kernel {kernel!r} was exported")
     exact_keys = list(spec["exact"].values())
-    candidates = [
-        r for r in _TUNING
-        if r["kernel"] == kernel and r["gpu"] == gpu
-        and all(r["problem"].get(k) == problem.get(k) for k in exact_keys)
-    ]
+    # Records indexed by (kernel, GPU, exact keys' values), built once: a new problem
+    # is compared only with the records it could use.
+    if not _tuning_index:
+        for r in _TUNING:
+            exact = tuple(r["problem"].get(k) for k in _TUNE_SPEC.get(r["kernel"], {}).get("exact", {}).values())
+            _tuning_index.setdefault((r["kernel"], r["gpu"], exact), []).append(r)
+        _tuning_index[None] = []  # built, even with no records
+    candidates = _tuning_index.get((kernel, gpu, tuple(problem.get(k) for k in exact_keys)), [])
 
     def distance(record):
         return sum(abs(math.log(max(record["problem"].get(k, 1), 1)) - math.log(max(problem.get(k, 1), 1)))

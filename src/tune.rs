@@ -179,12 +179,24 @@ pub fn best(
     capability: Capability,
     problem: &Problem,
 ) -> Result<(Config, Source)> {
+    best_of(&tune.records, lock, kernel, gpu_name, capability, problem)
+}
+
+/// [`best`] over a slice of records (all of `kart.tune`, or the ones an index picked).
+fn best_of(
+    records: &[TuneRecord],
+    lock: &Lockfile,
+    kernel: &Kernel,
+    gpu_name: &str,
+    capability: Capability,
+    problem: &Problem,
+) -> Result<(Config, Source)> {
     let exact_keys: Vec<&String> = kernel
         .tune
         .as_ref()
         .map(|t| t.exact.values().collect())
         .unwrap_or_default();
-    let usable = tune.records.iter().filter(|r| {
+    let usable = records.iter().filter(|r| {
         r.kernel == kernel.name
             && r.gpu == gpu_name
             && exact_keys
@@ -285,6 +297,9 @@ pub fn best(
 #[derive(Debug, Default)]
 pub struct BestCache {
     memo: std::sync::RwLock<std::collections::HashMap<BestKey, (Config, Source)>>,
+    /// The records grouped by (kernel, GPU name), built at the first miss: a new
+    /// problem is compared only with its kernel's records for its GPU.
+    index: std::sync::OnceLock<std::collections::HashMap<(String, String), Vec<TuneRecord>>>,
 }
 
 type BestKey = (String, String, (u32, u32), Vec<(String, i64)>);
@@ -317,7 +332,21 @@ impl BestCache {
         {
             return Ok(hit.clone());
         }
-        let answer = best(tune, lock, kernel, gpu_name, capability, problem)?;
+        let index = self.index.get_or_init(|| {
+            let mut index: std::collections::HashMap<(String, String), Vec<TuneRecord>> =
+                std::collections::HashMap::new();
+            for r in &tune.records {
+                index
+                    .entry((r.kernel.clone(), r.gpu.clone()))
+                    .or_default()
+                    .push(r.clone());
+            }
+            index
+        });
+        let records = index
+            .get(&(kernel.name.clone(), gpu_name.to_string()))
+            .map_or(&[][..], Vec::as_slice);
+        let answer = best_of(records, lock, kernel, gpu_name, capability, problem)?;
         if let Ok(mut memo) = self.memo.write() {
             memo.insert(key, answer.clone());
         }

@@ -2,9 +2,9 @@
 GPU machine (the GPU kept busy asynchronously; CPU time per call, median of 5 rounds of
 N calls each):
 
-    kart export --python -o /tmp/bk.py smoke flash_attn
+    kart export --python -o bk.py smoke flash_attn
     kart path smoke --target sm_90            # prints the cubin's path, for CuPy
-    python3 bench/python_launch.py /tmp/bk.py CUBIN_PATH [N]
+    python3 bench/python_launch.py bk.py CUBIN_PATH [N]
 
 Rows: the exported launcher of the smoke kernel (torch tensors on the default stream;
 with `stream=`; raw integer pointers), `best()` alone for a FlashAttention problem, the

@@ -40,7 +40,7 @@ project() {  # dir url
   true
 }
 seconds() { local t0 t1; t0=$(date +%s.%N); "$@" > /dev/null 2>"$work/last.err" || true; t1=$(date +%s.%N); awk -v a="$t0" -v b="$t1" 'BEGIN {printf "%.2f", b - a}'; }
-echo "kart: $kart ($("$kart" --version)); commit $(git -C "$repo" rev-parse --short HEAD); $(nproc) cores"
+echo "kart: ${1:-target/release/kart} ($("$kart" --version)); commit $(git -C "$repo" rev-parse --short HEAD); $(nproc) cores"
 project "$work/local" ""
 # Warm the store's toolchain fingerprint and smoke gate once, outside the timings.
 (cd "$work/local" && "$kart" -q build smoke >/dev/null 2>&1 && rm -rf artifacts/v1/blobs artifacts/v1/actions)

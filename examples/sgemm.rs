@@ -173,14 +173,13 @@ fn check(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
             }
         }
     }
-    let path = Path::new(kart::attest::ATTEST_FILE);
-    let mut file = kart::attest::AttestFile::read(path, path)?;
-    let records = passed
-        .iter()
-        .map(|a| kart::attest::record(a, gpu, kart::attest::Check::Correct))
-        .collect();
-    file.merge(records, rt.lock());
-    file.write(path)?;
+    kart::attest::record_all(
+        Path::new("."),
+        rt.lock(),
+        gpu,
+        &passed,
+        kart::attest::Check::Correct,
+    )?;
     println!(
         "{} configs correct, {failed} failed on {}; recorded in kart.attest",
         passed.len(),
@@ -313,10 +312,7 @@ fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
             records.push(r);
         }
     }
-    let path = Path::new(kart::tune::TUNE_FILE);
-    let mut file = TuneFile::read(path, path)?;
-    file.merge(records);
-    file.write(path)?;
+    kart::tune::save_records(Path::new("."), records)?;
     println!("kart.tune written");
     Ok(())
 }

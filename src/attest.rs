@@ -350,6 +350,25 @@ pub fn loadable_cubins(lock: &Lockfile, capability: Capability) -> Vec<&LockedAr
         .collect()
 }
 
+/// Records `check` for each of `artifacts` on `gpu` in the project's `kart.attest` (under
+/// `root`), merged with what is there: the last step of a kernel's own check program.
+/// Whether the file changed.
+pub fn record_all(
+    root: &Path,
+    lock: &Lockfile,
+    gpu: &Gpu,
+    artifacts: &[LockedArtifact],
+    check: Check,
+) -> Result<bool> {
+    let path = root.join(ATTEST_FILE);
+    let mut file = AttestFile::read(&path, Path::new(ATTEST_FILE))?;
+    file.merge(
+        artifacts.iter().map(|a| record(a, gpu, check)).collect(),
+        lock,
+    );
+    file.write(&path)
+}
+
 /// The record of a passed check of `artifact` on `gpu`.
 pub fn record(artifact: &LockedArtifact, gpu: &Gpu, check: Check) -> Attestation {
     Attestation {

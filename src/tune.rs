@@ -130,6 +130,15 @@ impl TuneFile {
     }
 }
 
+/// Merges `records` into the project's `kart.tune` (under `root`): the last step of a
+/// kernel's own tuning program. Whether the file changed.
+pub fn save_records(root: &Path, records: Vec<TuneRecord>) -> Result<bool> {
+    let path = root.join(TUNE_FILE);
+    let mut file = TuneFile::read(&path, Path::new(TUNE_FILE))?;
+    file.merge(records);
+    file.write(&path)
+}
+
 /// Whether `config` fits `problem` on the keys `kernel` declares exact.
 pub fn matches_exact(kernel: &Kernel, config: &Config, problem: &Problem) -> bool {
     let Some(spec) = &kernel.tune else {

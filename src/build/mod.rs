@@ -109,7 +109,7 @@ pub struct Silent;
 impl BuildReporter for Silent {}
 
 /// What a build did.
-#[derive(Debug, Default)]
+#[derive(Debug, Default, serde::Serialize)]
 pub struct BuildSummary {
     /// Artifacts in the selection.
     pub selected: usize,

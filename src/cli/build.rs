@@ -74,6 +74,9 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         replay_warnings(ws, cli.nvcc.as_deref(), &options.selection)?;
     }
     let secs = start.elapsed().as_secs_f64();
+    if args.json {
+        super::print_json(&serde_json::json!({ "seconds": secs, "summary": summary }));
+    }
     if !cli.quiet {
         if args.locked {
             eprintln!(

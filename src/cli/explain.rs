@@ -10,7 +10,7 @@ use kart::store::lockfile::describe;
 use kart::target::TargetArch;
 use kart::workspace::Workspace;
 
-use super::Cli;
+use super::{Cli, print_json};
 
 /// `kart explain`.
 pub fn run(
@@ -20,6 +20,7 @@ pub fn run(
     params: &[(String, ParamValue)],
     target: Option<TargetArch>,
     ptx: bool,
+    json: bool,
 ) -> Result<ExitCode> {
     let kernel = ws.project.kernel(kernel_name)?;
     let config = Config(params.iter().cloned().collect());
@@ -62,24 +63,38 @@ pub fn run(
     let files = kernel_input_files(&ws.project.root, kernel)?;
     let preimage = action_preimage(&toolchain, kernel, &config, target, kind, &files);
     let key = action_key(&preimage);
-    println!(
-        "{}",
-        describe(kernel_name, &config, &target.to_string(), kind)
-    );
+    let lock = ws.lock()?;
+    let (verdict, changes) = match lock.find(kernel_name, &config, &target.to_string(), kind) {
+        None => ("not in kart.lock".to_string(), Vec::new()),
+        Some(a) if a.key == key => (format!("matches kart.lock (blob {})", a.digest), Vec::new()),
+        Some(a) => (
+            format!("differs from kart.lock (locked key {})", a.key),
+            explain_change(ws, &a.key, &preimage),
+        ),
+    };
+    let artifact = describe(kernel_name, &config, &target.to_string(), kind);
+    if json {
+        print_json(&serde_json::json!({
+            "artifact": artifact,
+            "key": key,
+            "inputs": preimage.0.iter().map(|(n, v)| serde_json::json!({"name": n, "value": v})).collect::<Vec<_>>(),
+            "lock": verdict,
+            "changes": changes,
+        }));
+        return Ok(ExitCode::SUCCESS);
+    }
+    println!("{artifact}");
     println!("action key {key}");
     for (name, value) in &preimage.0 {
         let value = value.lines().collect::<Vec<_>>().join(" | ");
         println!("  {name}: {value}");
     }
-    let lock = ws.lock()?;
-    match lock.find(kernel_name, &config, &target.to_string(), kind) {
-        None => println!("not in kart.lock"),
-        Some(a) if a.key == key => println!("matches kart.lock (blob {})", a.digest),
-        Some(a) => {
-            println!("differs from kart.lock (locked key {}):", a.key);
-            for line in explain_change(ws, &a.key, &preimage) {
-                println!("  {line}");
-            }
+    if changes.is_empty() {
+        println!("{verdict}");
+    } else {
+        println!("{verdict}:");
+        for line in changes {
+            println!("  {line}");
         }
     }
     Ok(ExitCode::SUCCESS)

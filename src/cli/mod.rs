@@ -96,6 +96,9 @@ pub enum Command {
         /// Explain the PTX artifact instead of the cubin.
         #[arg(long)]
         ptx: bool,
+        /// The key, its inputs and the lock's verdict as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// Re-hash every blob and entry of the store; quarantine corrupt ones (exit 1).
     Verify {
@@ -259,6 +262,9 @@ pub struct BuildArgs {
     /// Build only slice I of N (1-based) of the selection, and write only the store.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
+    /// The summary (counts, whether kart.lock changed) as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
     /// Replay nvcc's stored warnings for artifacts taken from the store.
     #[arg(short, long)]
     pub verbose: bool,
@@ -317,7 +323,8 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
             params,
             target,
             ptx,
-        } => explain::run(cli, &ws, kernel, params, *target, *ptx),
+            json,
+        } => explain::run(cli, &ws, kernel, params, *target, *ptx, *json),
         Command::Verify {
             rebuild,
             seed,

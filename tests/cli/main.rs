@@ -768,6 +768,26 @@ fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
         "{}",
         stdout(&out)
     );
+    let out = p.ok(&["explain", "tile", "-p", "BM=64", "-p", "WARPS=2", "--json"]);
+    let explained: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert!(
+        explained["inputs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|i| i["name"] == "derived ROWS" && i["value"] == "32"),
+        "{explained}"
+    );
+    assert!(
+        explained["lock"]
+            .as_str()
+            .unwrap()
+            .starts_with("matches kart.lock")
+    );
+    let out = p.ok(&["build", "--json"]);
+    let built: serde_json::Value = serde_json::from_str(&stdout(&out)).unwrap();
+    assert_eq!(built["summary"]["selected"], 5, "{built}");
+    assert_eq!(built["summary"]["compiled"], 0, "{built}");
 
     // Rules written differently that keep the same configs change no key.
     let before = p.read("kart.lock");

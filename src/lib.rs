@@ -5,7 +5,9 @@
 //! The folders follow the data path, build → store → lock → remote → runtime → export:
 //! - [`build`]: `kernel.toml` and `kart.toml` ([`build::manifest`]), nvcc
 //!   ([`build::toolchain`]), the action key ([`build::key`]), one nvcc run
-//!   ([`build::compile`], [`build::process`]), and planning and running a build;
+//!   ([`build::compile`], [`build::process`]), the expressions of `require`,
+//!   `[derived]` and `[launch]` ([`build::expr`], [`build::grid`]), and planning and
+//!   running a build;
 //! - [`store`]: the content-addressed local store, `kart.lock` ([`store::lockfile`]),
 //!   the committed sidecar files ([`store::sidecar`]), crash-safe writes
 //!   ([`store::fsutil`]), and `verify`, `gc`, `ls` ([`store::maintain`]);

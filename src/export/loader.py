@@ -377,6 +377,15 @@ def _declare(lib):
         lib.cuFuncLoad.argtypes, lib.cuFuncLoad.restype = [p], i
 
 
+def _launch_unchecked(*args):
+    """cuLaunchKernel without argtypes, for arguments already converted to ctypes."""
+    global _launch_unchecked
+    raw = _cuda()["cuLaunchKernel"]  # a new function object: no argtypes of its own
+    raw.restype = ctypes.c_int
+    _launch_unchecked = raw
+    return raw(*args)
+
+
 def _check(lib, result, call):
     if result != 0:
         name = ctypes.c_char_p()
@@ -595,11 +604,15 @@ class _Bound:
     """What a launcher keeps per CUDA context: everything a launch needs that cannot
     change while the context lives."""
 
-    __slots__ = ("lib", "ctx", "ordinal", "artifact", "function", "shared_allowed")
+    __slots__ = ("lib", "ctx", "ordinal", "artifact", "function", "shared_allowed", "calls")
 
     def __init__(self, lib, ctx, ordinal, artifact, function):
         self.lib, self.ctx, self.ordinal = lib, ctx, ordinal
         self.artifact, self.function, self.shared_allowed = artifact, function, _DEFAULT_SHARED_LIMIT
+        # (grid, block, shared memory, stream) -> cuLaunchKernel's arguments, converted
+        # to ctypes once: ctypes' per-call conversion of eleven arguments costs about
+        # as much as the launch itself.
+        self.calls = {}
 
 
 def _current_stream():
@@ -708,8 +721,15 @@ class Launcher:
                 # The general path says exactly what is wrong (or packs what struct
                 # refuses to, such as a float beyond f32's range, as ctypes would).
                 return self._launch_general(bound, g, b, args, shared_mem, stream)
-            result = lib.cuLaunchKernel(bound.function, g[0], g[1], g[2], b[0], b[1], b[2], shared_mem,
-                                        stream or None, self._params, None)
+            call = bound.calls.get((g, b, shared_mem, stream))
+            if call is None:
+                if len(bound.calls) > 256:
+                    bound.calls.clear()
+                u = ctypes.c_uint
+                call = bound.calls[(g, b, shared_mem, stream)] = (
+                    ctypes.c_void_p(bound.function), u(g[0]), u(g[1]), u(g[2]), u(b[0]), u(b[1]), u(b[2]),
+                    u(shared_mem), ctypes.c_void_p(stream or None), self._params, None)
+            result = _launch_unchecked(*call)
         if result:
             _check(lib, result, f"cuLaunchKernel({self._name})")
 

@@ -12,24 +12,11 @@ launch does, no ctypes launcher can be faster than CuPy.
 """
 import ctypes
 import importlib.util
-import statistics
 import struct
 import sys
-import time
 
 import torch
-
-
-def per_call_us(fn, n=20000, rounds=5):
-    samples = []
-    for _ in range(rounds):
-        torch.cuda.synchronize()
-        t0 = time.process_time()
-        for _ in range(n):
-            fn()
-        samples.append((time.process_time() - t0) / n * 1e6)
-        torch.cuda.synchronize()
-    return statistics.median(samples)
+from python_launch import per_call_us  # this folder's launch benchmark
 
 
 def main(module_path):
@@ -66,7 +53,7 @@ def main(module_path):
         ("an empty lambda", lambda: None),
     ]
     for what, fn in rows:
-        print(f"  {per_call_us(fn):6.2f} µs  {what}")
+        print(f"  {per_call_us(fn, 20000):6.2f} µs  {what}")
 
 
 if __name__ == "__main__":

@@ -52,6 +52,7 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         require: Vec::new(),
         derived: Vec::new(),
         launch: None,
+        kept: Default::default(),
     }
 }
 

@@ -214,6 +214,7 @@ mod tests {
             require: Vec::new(),
             derived: Vec::new(),
             launch: None,
+            kept: Default::default(),
         };
         (toolchain, kernel)
     }

@@ -143,6 +143,9 @@ pub struct Kernel {
     pub derived: Vec<crate::build::grid::Derived>,
     /// `[launch]`: grid, block and shared memory from a config and a problem.
     pub launch: Option<crate::build::grid::LaunchSpec>,
+    /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
+    /// thousands of combinations is not filtered again by every later step).
+    pub kept: std::sync::OnceLock<Vec<Config>>,
 }
 
 /// A kernel's `[tune]` table: the integer keys of a problem, which of them a config
@@ -159,12 +162,17 @@ pub struct TuneSpec {
 }
 
 impl Kernel {
-    /// Every config of the grid that no `[[exclude]]` entry matches, in a stable order.
+    /// Every config of the grid that `[[exclude]]` and `require` keep, in a stable
+    /// order.
     pub fn configs(&self) -> Vec<Config> {
         // Rules and derived params were evaluated over the whole grid when the kernel
         // was loaded, so they cannot fail here.
-        self.grid_report()
-            .map_or_else(|_| Vec::new(), |(_, configs)| configs)
+        self.kept
+            .get_or_init(|| {
+                self.grid_report()
+                    .map_or_else(|_| Vec::new(), |(_, configs)| configs)
+            })
+            .clone()
     }
 }
 
@@ -376,6 +384,7 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         require: Vec::new(),
         derived: Vec::new(),
         launch: None,
+        kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;
     kernel.require = rules(&file, &raw, &kernel)?;
@@ -383,6 +392,7 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
     let configs = check_grid(&file, &raw, &kernel)?;
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
     kernel.default = default_config(&file, &raw, &kernel, &configs)?;
+    kernel.kept = configs.into();
     Ok(kernel)
 }
 
@@ -1249,6 +1259,7 @@ mod tests {
             require: Vec::new(),
             derived: Vec::new(),
             launch: None,
+            kept: Default::default(),
         }
     }
 

@@ -248,19 +248,7 @@ impl Remote {
         let Some(bytes) = self.get("ac", name, MAX_ENTRY_BYTES)? else {
             return Ok(None);
         };
-        if crate::store::is_other_format(&bytes) {
-            return Ok(None);
-        }
-        let parsed = serde_json::from_slice::<ActionEntry>(&bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|entry| {
-                entry.validate()?;
-                if entry.key != key {
-                    return Err(format!("the entry names key {}", entry.key));
-                }
-                Ok(entry)
-            });
-        parsed.map(Some).map_err(|message| Error::Remote {
+        ActionEntry::parse(&bytes, key).map_err(|message| Error::Remote {
             url: format!("{}/ac/{key}", self.shown),
             message: format!("invalid action entry: {message}"),
             failure: RemoteFailure::Corrupt,

@@ -103,6 +103,21 @@ pub struct ActionEntry {
 }
 
 impl ActionEntry {
+    /// Parses and validates the stored bytes of the entry of `key`: `Ok(None)` for an
+    /// entry of another format version (a miss), `Err(why)` for one that fails a check.
+    /// The local store and the remote read entries through this one function.
+    pub fn parse(bytes: &[u8], key: &str) -> std::result::Result<Option<ActionEntry>, String> {
+        if is_other_format(bytes) {
+            return Ok(None);
+        }
+        let entry = serde_json::from_slice::<ActionEntry>(bytes).map_err(|e| e.to_string())?;
+        entry.validate()?;
+        if entry.key != key {
+            return Err(format!("the entry names key {}", entry.key));
+        }
+        Ok(Some(entry))
+    }
+
     /// Checks the fields that name files or blobs, so a hostile entry cannot point kart
     /// anywhere but into the store.
     pub fn validate(&self) -> std::result::Result<(), String> {
@@ -395,20 +410,8 @@ impl Store {
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) => return Err(e).at("read", &path),
         };
-        if is_other_format(&bytes) {
-            return Ok(None);
-        }
-        let parsed = serde_json::from_slice::<ActionEntry>(&bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|entry| {
-                entry.validate()?;
-                if entry.key != key {
-                    return Err(format!("entry names key {}", entry.key));
-                }
-                Ok(entry)
-            });
-        match parsed {
-            Ok(entry) => Ok(Some(entry)),
+        match ActionEntry::parse(&bytes, key) {
+            Ok(entry) => Ok(entry),
             Err(message) => {
                 let quarantined = self.quarantine(&path);
                 Err(Error::CorruptEntry {

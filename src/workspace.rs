@@ -29,8 +29,15 @@ impl Workspace {
     pub fn toolchain(&self, nvcc: Option<&Path>) -> Result<Toolchain> {
         refuse_hostile_env()?;
         let path = find_nvcc(nvcc, &self.project.root)?;
-        let toolchain = Toolchain::load(&path, &self.store.toolchain_cache_dir())?;
+        let cache = self.store.toolchain_cache_dir();
+        let mut toolchain = Toolchain::load(&path, &cache)?;
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
+        crate::build::library::check_components(&toolchain.root, &self.project.components)?;
+        toolchain.packages = self.project.components.clone();
+        for (name, library) in &self.project.libraries {
+            let pin = crate::build::library::pin(&self.project.root, library, &cache)?;
+            toolchain.libraries.insert(name.clone(), pin);
+        }
         Ok(toolchain)
     }
 

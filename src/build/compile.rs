@@ -5,11 +5,15 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
+use crate::build::entry::{TemplateEntry, find_symbols, translation_unit};
 use crate::build::key::ArtifactKind;
 use crate::build::manifest::{Config, Kernel};
 use crate::build::process::run_with_timeout;
 use crate::build::toolchain::Toolchain;
-use crate::runtime::cubin::{EntryInfo, check_cubin, check_ptx, param_sizes, parse_resource_usage};
+use crate::runtime::cubin::{
+    EntryInfo, check_cubin, check_ptx, inspect_cubin, param_sizes, parse_resource_usage,
+    ptx_entries,
+};
 use crate::runtime::signature::check_signature;
 use crate::target::TargetArch;
 
@@ -68,8 +72,23 @@ impl std::fmt::Display for CompileFailure {
     }
 }
 
-/// The nvcc arguments (after the program) for a job writing into `out` and `deps`.
-pub fn nvcc_args(job: &CompileJob<'_>, out: &Path, deps: &Path) -> Vec<String> {
+/// The file nvcc compiles for a job: the kernel's first source, or for a kernel with
+/// template entries the translation unit that instantiates them (written by
+/// [`compile`] into its scratch folder).
+pub fn main_file(job: &CompileJob<'_>, scratch: &Path) -> PathBuf {
+    if job.kernel.templates.is_empty() {
+        job.kernel.sources[0].clone()
+    } else {
+        scratch.join(INSTANCES_FILE)
+    }
+}
+
+/// The generated translation unit's name in the scratch folder.
+const INSTANCES_FILE: &str = "kart_instances.cu";
+
+/// The nvcc arguments (after the program) for a job writing into `out` and `deps`,
+/// compiling `main` (see [`main_file`]).
+pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> Vec<String> {
     let mut args = Vec::new();
     match job.kind {
         ArtifactKind::Cubin => {
@@ -82,14 +101,21 @@ pub fn nvcc_args(job: &CompileJob<'_>, out: &Path, deps: &Path) -> Vec<String> {
         }
     }
     args.extend(job.kernel.flags.iter().cloned());
-    for (name, value) in job.kernel.defines.iter().chain(job.config.0.iter()) {
+    for (name, value) in &job.kernel.defines {
         args.push(format!("-D{name}={value}"));
     }
-    for (name, value) in job.kernel.derived_values(job.config).unwrap_or_default() {
+    for (name, value) in job.kernel.macro_params(job.config) {
         args.push(format!("-D{name}={value}"));
     }
     for dir in &job.kernel.include {
         args.push(format!("-I{}", dir.display()));
+    }
+    // Header libraries as system folders: their warnings are not the kernel's.
+    for name in &job.kernel.libraries {
+        if let Some(pin) = job.toolchain.libraries.get(name) {
+            args.push("-isystem".to_string());
+            args.push(pin.include.display().to_string());
+        }
     }
     if job.kind == ArtifactKind::Cubin {
         args.push("--resource-usage".to_string());
@@ -99,7 +125,7 @@ pub fn nvcc_args(job: &CompileJob<'_>, out: &Path, deps: &Path) -> Vec<String> {
     args.push(deps.display().to_string());
     args.push("-o".to_string());
     args.push(out.display().to_string());
-    args.push(job.kernel.sources[0].display().to_string());
+    args.push(main.display().to_string());
     args
 }
 
@@ -110,7 +136,18 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         ArtifactKind::Ptx => "out.ptx",
     });
     let deps = scratch.join("out.d");
-    let args = nvcc_args(job, &out, &deps);
+    let main = main_file(job, scratch);
+    let instances = job.kernel.template_instances(job.config);
+    if !instances.is_empty() {
+        let names: Vec<String> = instances.iter().map(|(_, i)| i.clone()).collect();
+        let tu = translation_unit(&job.root.join(&job.kernel.sources[0]), &names);
+        std::fs::write(&main, tu).map_err(|e| CompileFailure {
+            summary: format!("cannot write `{}`: {e}", main.display()),
+            details: String::new(),
+            disk_full: false,
+        })?;
+    }
+    let args = nvcc_args(job, &main, &out, &deps);
     let shown = format!("nvcc {}", args.join(" "));
     let mut cmd = Command::new(&job.toolchain.nvcc);
     cmd.args(&args).current_dir(job.root);
@@ -142,7 +179,9 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         });
     }
     let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
-    check_dependencies(job, &parse_depfile(&dep_text)).map_err(|details| CompileFailure {
+    let mut read = parse_depfile(&dep_text);
+    read.retain(|d| *d != main || instances.is_empty());
+    check_dependencies(job, &read).map_err(|details| CompileFailure {
         summary: "undeclared include".into(),
         details,
         disk_full: false,
@@ -167,16 +206,16 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             out.display()
         ))
     })?;
+    let symbols = entry_symbols(job, &bytes, &instances)
+        .map_err(|why| full(format!("nvcc's output failed its check: {why}")))?;
     let checked = match job.kind {
-        ArtifactKind::Cubin => check_cubin(&bytes, job.target, &job.kernel.entry).map(|_| ()),
-        ArtifactKind::Ptx => check_ptx(&bytes, job.target, &job.kernel.entry),
+        ArtifactKind::Cubin => check_cubin(&bytes, job.target, &symbols).map(|_| ()),
+        ArtifactKind::Ptx => check_ptx(&bytes, job.target, &symbols),
     };
     checked.map_err(|why| full(format!("nvcc's output failed its check: {why}")))?;
     let mut entries = match job.kind {
-        ArtifactKind::Cubin => parse_resource_usage(&stderr, &job.kernel.entry),
-        ArtifactKind::Ptx => job
-            .kernel
-            .entry
+        ArtifactKind::Cubin => parse_resource_usage(&stderr, &symbols),
+        ArtifactKind::Ptx => symbols
             .iter()
             .map(|e| EntryInfo {
                 name: e.clone(),
@@ -184,9 +223,26 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             })
             .collect(),
     };
+    // Callers find entries by the names of kernel.toml; the lock keeps the symbol.
+    for (entry, (name, symbol)) in entries
+        .iter_mut()
+        .zip(job.kernel.entry.iter().zip(&symbols))
+    {
+        if name != symbol {
+            entry.name = name.clone();
+            entry.symbol = Some(symbol.clone());
+        }
+        if let Some(t) = job.kernel.templates.get(name) {
+            entry.template = Some(t.written.clone());
+            entry.instance = instances
+                .iter()
+                .find(|(e, _)| e.name == *name)
+                .map(|(_, i)| i.clone());
+        }
+    }
     for entry in &mut entries {
         if job.kind == ArtifactKind::Cubin {
-            entry.params = param_sizes(&bytes, &entry.name).map_err(|why| CompileFailure {
+            entry.params = param_sizes(&bytes, entry.symbol()).map_err(|why| CompileFailure {
                 summary: format!("nvcc's output failed its check: {why}"),
                 details: String::new(),
                 disk_full: false,
@@ -214,6 +270,34 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         entries,
         elapsed: outcome.elapsed,
     })
+}
+
+/// The symbol of each entry, in order: an `extern "C"` entry is its own symbol; a
+/// template entry's is found among the image's functions by demangling.
+fn entry_symbols(
+    job: &CompileJob<'_>,
+    bytes: &[u8],
+    instances: &[(&TemplateEntry, String)],
+) -> Result<Vec<String>, String> {
+    if instances.is_empty() {
+        return Ok(job.kernel.entry.clone());
+    }
+    let functions = match job.kind {
+        ArtifactKind::Cubin => inspect_cubin(bytes)?.functions,
+        ArtifactKind::Ptx => ptx_entries(bytes)?,
+    };
+    let found = find_symbols(instances, &functions)?;
+    Ok(job
+        .kernel
+        .entry
+        .iter()
+        .map(
+            |name| match instances.iter().position(|(e, _)| e.name == *name) {
+                Some(i) => found[i].clone(),
+                None => name.clone(),
+            },
+        )
+        .collect())
 }
 
 /// Frames a command's output so it stands apart from kart's own messages.
@@ -273,7 +357,26 @@ fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), Stri
         }
         if let Ok(rel) = abs.strip_prefix(job.root) {
             let declared = rel.starts_with(&job.kernel.dir)
-                || job.kernel.include.iter().any(|d| rel.starts_with(d));
+                || job.kernel.include.iter().any(|d| rel.starts_with(d))
+                || job.kernel.libraries.iter().any(|l| {
+                    job.toolchain
+                        .libraries
+                        .get(l)
+                        .is_some_and(|pin| rel.starts_with(&pin.include))
+                });
+            let other_library = job
+                .toolchain
+                .libraries
+                .iter()
+                .find(|(_, pin)| rel.starts_with(&pin.include));
+            if let (false, Some((name, _))) = (declared, other_library) {
+                problems.push(format!(
+                    "`{}` is from the header library `{name}`, which the kernel does not list: add `libraries = [\"{name}\"]` to `{}`",
+                    rel.display(),
+                    job.kernel.manifest.display()
+                ));
+                continue;
+            }
             if !declared {
                 let folder = rel.parent().unwrap_or(Path::new(""));
                 problems.push(format!(

@@ -84,11 +84,30 @@ pub fn action_preimage(
         "compiled source",
         kernel.sources[0].to_string_lossy().replace('\\', "/"),
     );
-    p.push("entry", kernel.entry.join(" "));
+    // Entries as written: a template entry's expression decides its instance.
+    let written: Vec<&str> = kernel
+        .entry
+        .iter()
+        .map(|name| {
+            kernel
+                .templates
+                .get(name)
+                .map_or(name.as_str(), |t| &t.written)
+        })
+        .collect();
+    if kernel.templates.is_empty() {
+        p.push("entry", written.join(" "));
+    } else {
+        p.push("entry", serde_json::to_string(&written).unwrap_or_default());
+    }
+    // Only when not the default, so that existing kernels keep their keys.
+    if kernel.param_macros != crate::build::manifest::ParamMacros::Auto {
+        p.push("param macros", kernel.param_macros.name());
+    }
     // Only when declared, so that kernels without one keep their keys: the signature
     // is recorded in the artifact's entry and checked against the cubin.
     for (entry, kinds) in &kernel.signature {
-        let names: Vec<&str> = kinds.iter().map(|k| k.name()).collect();
+        let names: Vec<std::borrow::Cow<str>> = kinds.iter().map(|k| k.name()).collect();
         p.push(format!("signature {entry}"), names.join(" "));
     }
     // JSON keeps the flags' order and boundaries ("-a b" is not "-a", "b").
@@ -109,6 +128,20 @@ pub fn action_preimage(
     }
     for dir in &kernel.include {
         p.push("include dir", dir.to_string_lossy().replace('\\', "/"));
+    }
+    // Toolkit components and header libraries, only when declared: projects without
+    // them keep their keys. A library reaches only the kernels that list it.
+    if !toolchain.packages.is_empty() {
+        p.push("toolchain: components", toolchain.packages.join(" "));
+    }
+    for name in &kernel.libraries {
+        let pin = toolchain.libraries.get(name);
+        p.push(
+            format!("library {name}"),
+            pin.map_or("not pinned".to_string(), |l| {
+                format!("{} sha256:{}", l.version, l.sha256)
+            }),
+        );
     }
     for (path, hash) in files {
         p.push(format!("file {path}"), hash.clone());
@@ -194,6 +227,8 @@ mod tests {
             fingerprint: "f".repeat(64),
             components,
             gpu_codes: vec!["sm_90".into()],
+            packages: Vec::new(),
+            libraries: Default::default(),
         };
         let kernel = Kernel {
             name: "vadd".into(),
@@ -202,6 +237,9 @@ mod tests {
             sources: vec!["kernels/vadd/vadd.cu".into()],
             include: vec!["kernels/common".into()],
             entry: vec!["vadd".into()],
+            templates: Default::default(),
+            param_macros: Default::default(),
+            libraries: Vec::new(),
             targets: vec![],
             flags: vec!["-O3".into(), "-lineinfo".into()],
             defines: [("USE_X".to_string(), ParamValue::Int(1))].into(),

@@ -103,6 +103,40 @@ pub struct RemoteConfig {
     pub give_up_after: Option<std::time::Duration>,
 }
 
+/// Which params reach the source as `-D NAME=VALUE` macros (`param_macros` in
+/// kernel.toml). Fixed `[defines]` are always macros.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ParamMacros {
+    /// Every param and derived param except those a template entry uses: each value
+    /// reaches the source once, and a template parameter may share a param's name.
+    #[default]
+    Auto,
+    /// Every param and derived param, template entries or not.
+    All,
+    /// None: params reach the source only through template entries.
+    None,
+}
+
+impl ParamMacros {
+    fn parse(s: &str) -> Option<ParamMacros> {
+        match s {
+            "auto" => Some(ParamMacros::Auto),
+            "all" => Some(ParamMacros::All),
+            "none" => Some(ParamMacros::None),
+            _ => None,
+        }
+    }
+
+    /// Its name in kernel.toml.
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamMacros::Auto => "auto",
+            ParamMacros::All => "all",
+            ParamMacros::None => "none",
+        }
+    }
+}
+
 /// A parsed and validated kernel.
 #[derive(Clone, Debug)]
 pub struct Kernel {
@@ -116,8 +150,15 @@ pub struct Kernel {
     pub sources: Vec<PathBuf>,
     /// Declared include folders, relative to the project root.
     pub include: Vec<PathBuf>,
-    /// `extern "C"` entry points each artifact must contain.
+    /// The names callers find entries by, in order: an `extern "C"` symbol, or a
+    /// template entry's name before its arguments (`gemm` for `gemm<BLOCK_M, BLOCK_N>`).
     pub entry: Vec<String>,
+    /// Template entries by name: instantiated per config, found by demangling.
+    pub templates: BTreeMap<String, crate::build::entry::TemplateEntry>,
+    /// Which params reach the source as `-D` macros.
+    pub param_macros: ParamMacros,
+    /// Header libraries of `kart.toml` this kernel includes, by name.
+    pub libraries: Vec<String>,
     /// Targets to build (the kernel's own list, else the project's).
     pub targets: Vec<TargetArch>,
     /// Extra nvcc flags, in order.
@@ -189,6 +230,10 @@ pub struct Project {
     pub targets: Vec<TargetArch>,
     /// Required nvcc release (`13.0`), if any.
     pub nvcc_release: Option<String>,
+    /// Toolkit components installed beside nvcc (`nvidia-curand==10.4.0.35`).
+    pub components: Vec<String>,
+    /// Header libraries (`[library.NAME]`), by name.
+    pub libraries: BTreeMap<String, crate::build::library::Library>,
     /// The remote cache, if configured.
     pub remote: Option<RemoteConfig>,
     /// Kernels sorted by name.
@@ -283,6 +328,8 @@ impl Project {
                 })
             }
         };
+        let components = project_components(&file, raw.toolchain.as_ref())?;
+        let libraries = project_libraries(&file, &root, &raw.library)?;
         let nvcc_release = raw.toolchain.and_then(|t| t.nvcc);
 
         let mut kernels = Vec::new();
@@ -296,7 +343,7 @@ impl Project {
             dirs.sort();
             for dir in dirs {
                 let rel = dir.strip_prefix(&root).unwrap_or(&dir).to_path_buf();
-                kernels.push(load_kernel(&root, &rel, &targets)?);
+                kernels.push(load_kernel(&root, &rel, &targets, &libraries)?);
             }
         }
         kernels.sort_by(|a, b| a.name.cmp(&b.name));
@@ -321,6 +368,8 @@ impl Project {
             store_dir,
             targets,
             nvcc_release,
+            components,
+            libraries,
             remote,
             kernels,
         })
@@ -339,7 +388,12 @@ impl Project {
 }
 
 /// Loads one kernel manifest; `dir` is relative to `root`.
-pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> Result<Kernel> {
+pub fn load_kernel(
+    root: &Path,
+    dir: &Path,
+    default_targets: &[TargetArch],
+    known_libraries: &BTreeMap<String, crate::build::library::Library>,
+) -> Result<Kernel> {
     // Parsing: the file's text into typed, spanned fields (syntax and types only).
     let manifest = dir.join(KERNEL_FILE);
     let text = read_text(&root.join(&manifest))?;
@@ -358,7 +412,7 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
     let name = kernel_name(&file, &raw)?;
     let sources = sources(&file, &raw, &at)?;
     let include = includes(&file, &raw, &at)?;
-    let entry = entries(&file, &raw)?;
+    let (entry, templates) = entries(&file, &raw)?;
     let targets = targets(&file, &raw, default_targets)?;
     let flags = flags(&file, &raw)?;
     let defines = defines(&file, &raw)?;
@@ -372,6 +426,9 @@ pub fn load_kernel(root: &Path, dir: &Path, default_targets: &[TargetArch]) -> R
         sources,
         include,
         entry,
+        templates,
+        param_macros: param_macros(&file, &raw)?,
+        libraries: libraries(&file, &raw, known_libraries)?,
         targets,
         flags,
         defines,
@@ -475,28 +532,187 @@ fn includes(file: &SourceFile<'_>, raw: &RawKernel, at: &KernelDir<'_>) -> Resul
     Ok(include)
 }
 
-/// `entry`: at least one, each an `extern "C"` symbol name.
-fn entries(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Vec<String>> {
+/// The template entries of a kernel, by name.
+type Templates = BTreeMap<String, crate::build::entry::TemplateEntry>;
+
+/// `entry`: at least one, each an `extern "C"` symbol or a template instantiation over
+/// params, no two with the same name.
+fn entries(file: &SourceFile<'_>, raw: &RawKernel) -> Result<(Vec<String>, Templates)> {
+    use crate::build::entry::EntrySpec;
     if raw.entry.get_ref().is_empty() {
         return Err(file.error(
             raw.entry.span(),
             "`entry` is empty",
-            "list the `extern \"C\" __global__` functions every cubin must contain",
+            "list the `__global__` functions every cubin must contain: `extern \"C\"` names, or template instantiations like \"gemm<BLOCK_M, BLOCK_N>\"",
         ));
     }
     let mut entry = Vec::new();
+    let mut templates = BTreeMap::new();
     for e in raw.entry.get_ref() {
-        if !is_c_identifier(e.get_ref()) {
+        let spec = EntrySpec::parse(e.get_ref()).map_err(|why| {
+            file.error(
+                e.span(),
+                why,
+                "write an `extern \"C\"` function name, or a template name with its arguments over params: \"gemm<BLOCK_M, BLOCK_N, float>\"",
+            )
+        })?;
+        let name = spec.name().to_string();
+        if entry.contains(&name) {
             return Err(file.error(
                 e.span(),
-                format!("entry `{}` is not a C identifier", e.get_ref()),
-                "entries are `extern \"C\"` symbol names",
+                format!("two entries are named `{name}`"),
+                "callers find an entry by its name, so each must be unique; instantiate one template once per kernel",
             ));
         }
-        entry.push(e.get_ref().clone());
+        if let EntrySpec::Template(t) = spec {
+            templates.insert(name.clone(), t);
+        }
+        entry.push(name);
     }
 
-    Ok(entry)
+    Ok((entry, templates))
+}
+
+/// `libraries`: names of `[library.NAME]` tables in kart.toml.
+fn libraries(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    known: &BTreeMap<String, crate::build::library::Library>,
+) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for l in &raw.libraries {
+        if !known.contains_key(l.get_ref()) {
+            let names: Vec<&str> = known.keys().map(String::as_str).collect();
+            return Err(file.error(
+                l.span(),
+                format!("library `{}` is not declared in kart.toml", l.get_ref()),
+                if names.is_empty() {
+                    "declare it in kart.toml: [library.NAME] with `pip` (a pinned package) or `path` (a folder)".to_string()
+                } else {
+                    format!("libraries of kart.toml: {}", names.join(", "))
+                },
+            ));
+        }
+        if !out.contains(l.get_ref()) {
+            out.push(l.get_ref().clone());
+        }
+    }
+    Ok(out)
+}
+
+/// `[toolchain] components`: pinned pip requirements (`nvidia-curand==10.4.0.35`).
+fn project_components(file: &SourceFile<'_>, raw: Option<&RawToolchain>) -> Result<Vec<String>> {
+    let mut out = Vec::new();
+    for c in raw.map(|t| t.components.as_slice()).unwrap_or_default() {
+        if crate::build::library::parse_pin(c.get_ref()).is_none() {
+            return Err(file.error(
+                c.span(),
+                format!("component `{}` is not pinned as NAME==VERSION", c.get_ref()),
+                "pin the exact wheel, e.g. \"nvidia-curand==10.4.0.35\": it is part of every key",
+            ));
+        }
+        out.push(c.get_ref().clone());
+    }
+    out.sort();
+    out.dedup();
+    Ok(out)
+}
+
+/// `[library.NAME]`: `pip` with `include` and `sha256`, or `path`.
+fn project_libraries(
+    file: &SourceFile<'_>,
+    root: &Path,
+    raw: &BTreeMap<Spanned<String>, Spanned<RawLibrary>>,
+) -> Result<BTreeMap<String, crate::build::library::Library>> {
+    use crate::build::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
+    let mut out = BTreeMap::new();
+    for (name, lib) in raw {
+        file.check_name(name.get_ref(), name.span(), "library")?;
+        let span = lib.span();
+        let lib = lib.get_ref();
+        let (source, include) = match (&lib.pip, &lib.path) {
+            (Some(pip), None) => {
+                if parse_pin(pip.get_ref()).is_none() {
+                    return Err(file.error(
+                        pip.span(),
+                        format!(
+                            "`pip = \"{}\"` is not pinned as NAME==VERSION",
+                            pip.get_ref()
+                        ),
+                        "pin the exact package, e.g. \"nvidia-cutlass==4.2.0.0\"",
+                    ));
+                }
+                let Some(include) = &lib.include else {
+                    return Err(file.error(
+                        span,
+                        format!(
+                            "[library.{}] needs `include`: the headers' folder inside the package",
+                            name.get_ref()
+                        ),
+                        "for nvidia-cutlass: include = \"cutlass_library/source/include\"",
+                    ));
+                };
+                let base = root.join(LIBRARY_PREFIX).join(name.get_ref());
+                let rel = file.inside_root(root, &base, include, "include folder")?;
+                (LibrarySource::Pip(pip.get_ref().clone()), rel)
+            }
+            (None, Some(path)) => {
+                if lib.include.is_some() {
+                    return Err(file.error(
+                        span,
+                        "`include` goes with `pip`; with `path`, the path is the include folder",
+                        "remove `include`, or point `path` at the folder nvcc should search",
+                    ));
+                }
+                (
+                    LibrarySource::Path,
+                    file.inside_root(root, root, path, "library folder")?,
+                )
+            }
+            _ => {
+                return Err(file.error(
+                    span,
+                    format!("[library.{}] needs exactly one of `pip` and `path`", name.get_ref()),
+                    "`pip = \"nvidia-cutlass==4.2.0.0\"` (installed by scripts/setup) or `path = \"third_party/cutlass/include\"`",
+                ));
+            }
+        };
+        let sha256 = match &lib.sha256 {
+            Some(s) if crate::digest::is_sha256_hex(s.get_ref()) => Some(s.get_ref().clone()),
+            Some(s) => {
+                return Err(file.error(
+                    s.span(),
+                    "`sha256` must be 64 lowercase hex digits",
+                    "kart prints the content hash of the folder when it is missing",
+                ));
+            }
+            None => None,
+        };
+        out.insert(
+            name.get_ref().clone(),
+            Library {
+                name: name.get_ref().clone(),
+                source,
+                include,
+                sha256,
+            },
+        );
+    }
+    Ok(out)
+}
+
+/// `param_macros`: "auto" (default), "all" or "none".
+fn param_macros(file: &SourceFile<'_>, raw: &RawKernel) -> Result<ParamMacros> {
+    let Some(v) = &raw.param_macros else {
+        return Ok(ParamMacros::Auto);
+    };
+    ParamMacros::parse(v.get_ref()).ok_or_else(|| {
+        file.error(
+            v.span(),
+            format!("`param_macros = \"{}\"` is not one of auto, all, none", v.get_ref()),
+            "auto: params a template entry uses are template arguments only, the rest macros; all: every param is also a macro; none: no param macros",
+        )
+    })
 }
 
 /// `targets`: the kernel's own, else the project's.
@@ -1133,6 +1349,8 @@ struct RawProject {
     project: RawProjectSection,
     toolchain: Option<RawToolchain>,
     remote: Option<RawRemote>,
+    #[serde(default)]
+    library: BTreeMap<Spanned<String>, Spanned<RawLibrary>>,
 }
 
 #[derive(Deserialize)]
@@ -1147,6 +1365,17 @@ struct RawProjectSection {
 #[serde(deny_unknown_fields)]
 struct RawToolchain {
     nvcc: Option<String>,
+    #[serde(default)]
+    components: Vec<Spanned<String>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawLibrary {
+    pip: Option<Spanned<String>>,
+    include: Option<Spanned<String>>,
+    path: Option<Spanned<String>>,
+    sha256: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1191,6 +1420,9 @@ struct RawKernel {
     #[serde(default)]
     derived: BTreeMap<Spanned<String>, Spanned<String>>,
     launch: Option<RawLaunch>,
+    param_macros: Option<Spanned<String>>,
+    #[serde(default)]
+    libraries: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -1232,6 +1464,9 @@ mod tests {
             sources: vec![],
             include: vec![],
             entry: vec!["k".into()],
+            templates: Default::default(),
+            param_macros: Default::default(),
+            libraries: Vec::new(),
             targets: vec![],
             flags: vec![],
             defines: BTreeMap::new(),

@@ -2,9 +2,11 @@
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
 pub mod compile;
+pub mod entry;
 pub mod expr;
 pub mod grid;
 pub mod key;
+pub mod library;
 pub mod manifest;
 mod plan;
 pub mod process;
@@ -159,18 +161,23 @@ pub fn build(
     }
 
     let old_lock = ws.lock()?;
+    let by_key: std::collections::HashMap<&str, &LockedArtifact> = old_lock
+        .artifacts
+        .iter()
+        .map(|a| (a.key.as_str(), a))
+        .collect();
     // The lock is the trust root: an artifact it lists with this key, whose blob is
-    // here (fetched, say), needs no compile even without a local action entry.
+    // here (fetched, say), needs no compile even without a local action entry. Asked
+    // first: it costs a stat, where reading the action entry costs a parse.
     let locked_here = |p: &Planned| {
-        old_lock
-            .artifacts
-            .iter()
-            .any(|a| a.key == p.key && ws.store.has_blob(&a.digest))
+        by_key
+            .get(p.key.as_str())
+            .is_some_and(|a| ws.store.has_blob(&a.digest))
     };
     let mut to_compile = Vec::new();
     let mut from_store = 0;
     for p in &selected {
-        if ws.stored_entry(&p.key, reporter).is_some() || locked_here(p) {
+        if locked_here(p) || ws.stored_entry(&p.key, reporter).is_some() {
             from_store += 1;
         } else {
             to_compile.push(*p);
@@ -231,7 +238,7 @@ pub fn build(
         summary.pushed = report.blobs_uploaded;
     }
     if options.shard.is_none() {
-        let (lock, changed) = write_lock(ws, &planned, &pulled.entries, reporter)?;
+        let (lock, changed) = write_lock(ws, &planned, &pulled.entries, &old_lock, reporter)?;
         summary.lock_changed = changed;
         summary.lock_entries = (lock.artifacts.len(), planned.len());
     }
@@ -254,6 +261,9 @@ fn compile_all(
 ) -> Vec<String> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
+    if jobs.is_empty() {
+        return Vec::new();
+    }
     let host_compiler = toolchain.host_compiler();
     std::thread::scope(|scope| {
         for _ in 0..options.jobs.clamp(1, jobs.len().max(1)) {
@@ -348,12 +358,29 @@ fn write_lock(
     ws: &Workspace,
     planned: &[Planned],
     from_remote: &std::collections::HashMap<String, ActionEntry>,
+    old: &Lockfile,
     reporter: &dyn BuildReporter,
 ) -> Result<(Lockfile, bool)> {
-    let old = ws.lock()?;
+    // A record of a lock in the current format with the same key and identity is kept
+    // as it is (the lock is the trust root), without reading its action entry.
+    let current: std::collections::HashMap<&str, &LockedArtifact> =
+        if old.version == crate::store::lockfile::LOCK_VERSION {
+            old.artifacts.iter().map(|a| (a.key.as_str(), a)).collect()
+        } else {
+            Default::default()
+        };
     let mut artifacts = Vec::new();
     for p in planned {
-        if let Some(entry) = ws.stored_entry(&p.key, reporter) {
+        let kernel = &ws.project.kernels[p.kernel].name;
+        let same = current.get(p.key.as_str()).filter(|a| {
+            a.kernel == *kernel
+                && a.config == p.config
+                && a.target == p.target.to_string()
+                && a.kind == p.kind
+        });
+        if let Some(kept) = same {
+            artifacts.push((*kept).clone());
+        } else if let Some(entry) = ws.stored_entry(&p.key, reporter) {
             artifacts.push(locked_artifact(&ws.project, p, &entry));
         } else if let Some(entry) = from_remote.get(&p.key) {
             artifacts.push(locked_artifact(&ws.project, p, entry));

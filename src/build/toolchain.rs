@@ -43,6 +43,13 @@ pub struct Toolchain {
     pub components: Preimage,
     /// The real architectures nvcc can compile for (`--list-gpu-code`).
     pub gpu_codes: Vec<String>,
+    /// The toolkit components `kart.toml` declares (`nvidia-curand==10.4.0.35`),
+    /// checked as installed beside nvcc.
+    #[serde(skip)]
+    pub packages: Vec<String>,
+    /// The header libraries of `kart.toml`, pinned.
+    #[serde(skip)]
+    pub libraries: std::collections::BTreeMap<String, crate::build::library::LibraryPin>,
 }
 
 /// Refuses environment variables that would silently change nvcc's output.
@@ -165,6 +172,8 @@ impl Toolchain {
             fingerprint: fp.digest("kart-toolchain-fingerprint-v1"),
             components,
             gpu_codes,
+            packages: Vec::new(),
+            libraries: Default::default(),
         };
         let cached = CachedToolchain {
             version: FINGERPRINT_CACHE_VERSION,

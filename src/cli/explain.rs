@@ -73,6 +73,19 @@ pub fn run(
         ),
     };
     let artifact = describe(kernel_name, &config, &target.to_string(), kind);
+    // Template entries: the instance of this config, and its symbol once built.
+    let locked = lock.find(kernel_name, &config, &target.to_string(), kind);
+    let instances: Vec<serde_json::Value> = kernel
+        .template_instances(&config)
+        .into_iter()
+        .map(|(t, instance)| {
+            let symbol = locked
+                .filter(|a| a.key == key)
+                .and_then(|a| a.entries.iter().find(|e| e.name == t.name))
+                .and_then(|e| e.symbol.clone());
+            serde_json::json!({"entry": t.name, "written": t.written, "instance": instance, "symbol": symbol})
+        })
+        .collect();
     if json {
         print_json(&serde_json::json!({
             "artifact": artifact,
@@ -80,6 +93,7 @@ pub fn run(
             "inputs": preimage.0.iter().map(|(n, v)| serde_json::json!({"name": n, "value": v})).collect::<Vec<_>>(),
             "lock": verdict,
             "changes": changes,
+            "templates": instances,
         }));
         return Ok(ExitCode::SUCCESS);
     }
@@ -88,6 +102,15 @@ pub fn run(
     for (name, value) in &preimage.0 {
         let value = value.lines().collect::<Vec<_>>().join(" | ");
         println!("  {name}: {value}");
+    }
+    for i in &instances {
+        let symbol = i["symbol"].as_str().unwrap_or("(not built)");
+        println!(
+            "entry {}: {} = {} -> {symbol}",
+            i["entry"].as_str().unwrap_or(""),
+            i["written"].as_str().unwrap_or(""),
+            i["instance"].as_str().unwrap_or("")
+        );
     }
     if changes.is_empty() {
         println!("{verdict}");

@@ -27,9 +27,21 @@ pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
         .max()
         .unwrap_or(6)
         .max(6);
+    // Entries only where a template entry's instance says more than its name.
+    let show_entries = rows
+        .iter()
+        .any(|r| r.entries.iter().any(|e| e.contains('<')));
     println!(
-        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  ATTESTED",
-        "KERNEL", "CONFIG", "TARGET", "SIZE", "REGS", "SMEM", "SPILLS", "LOCAL"
+        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  ATTESTED{}",
+        "KERNEL",
+        "CONFIG",
+        "TARGET",
+        "SIZE",
+        "REGS",
+        "SMEM",
+        "SPILLS",
+        "LOCAL",
+        if show_entries { "  ENTRIES" } else { "" }
     );
     for r in &rows {
         let target = if r.kind == "ptx" {
@@ -38,7 +50,7 @@ pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
             r.target.clone()
         };
         println!(
-            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  {}",
+            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  {}{}",
             r.kernel,
             config_text(r),
             target,
@@ -51,6 +63,11 @@ pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
                 "-".to_string()
             } else {
                 r.attested.join(",")
+            },
+            if show_entries {
+                format!("  {}", r.entries.join(" "))
+            } else {
+                String::new()
             }
         );
     }

@@ -157,6 +157,10 @@ pub enum Command {
         /// The target (default: the one GPU 0 would load).
         #[arg(long)]
         target: Option<TargetArch>,
+        /// Print JSON: the path, the digest and each entry's name, symbol (the mangled
+        /// name of a template entry, for `cuModuleGetFunction`) and instance.
+        #[arg(long)]
+        json: bool,
     },
     /// Download the blobs kart.lock names that the store lacks, checking every byte.
     Fetch {
@@ -346,7 +350,8 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
             kernel,
             params,
             target,
-        } => path::run(ws, kernel, params, *target),
+            json,
+        } => path::run(ws, kernel, params, *target, *json),
         Command::Fetch {
             kernels,
             targets,

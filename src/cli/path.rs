@@ -15,6 +15,7 @@ pub fn run(
     kernel: &str,
     params: &[(String, ParamValue)],
     target: Option<TargetArch>,
+    json: bool,
 ) -> Result<ExitCode> {
     let config = Config(params.iter().cloned().collect());
     let lock = ws.lock()?;
@@ -47,15 +48,16 @@ pub fn run(
                     kart::resolve::JitPolicy::Forbid,
                 )?
                 .clone();
-            return write_materialized(rt.store(), &a);
+            return write_materialized(rt.store(), &a, json);
         }
     };
-    write_materialized(&ws.store, &artifact)
+    write_materialized(&ws.store, &artifact, json)
 }
 
 fn write_materialized(
     store: &kart::store::Store,
     a: &kart::lockfile::LockedArtifact,
+    json: bool,
 ) -> Result<ExitCode> {
     let path = store
         .materialized_dir()
@@ -65,6 +67,26 @@ fn write_materialized(
         let bytes = store.read_blob(&a.digest, Some(a.size))?;
         kart::fsutil::write_atomic(&path, &bytes)?;
     }
-    println!("{}", path.display());
+    if json {
+        let entries: Vec<serde_json::Value> = a
+            .entries
+            .iter()
+            .map(|e| {
+                serde_json::json!({
+                    "name": e.name,
+                    "symbol": e.symbol(),
+                    "instance": e.instance,
+                })
+            })
+            .collect();
+        super::print_json(&serde_json::json!({
+            "path": path,
+            "digest": a.digest,
+            "target": a.target,
+            "entries": entries,
+        }));
+    } else {
+        println!("{}", path.display());
+    }
     Ok(ExitCode::SUCCESS)
 }

@@ -9,8 +9,8 @@ import sys
 import threading
 import zlib
 
-__all__ = ["ExprError", "KartError", "Launcher", "NoCubinForThisGPU", "WrongDevice", "best", "kernels", "launch",
-           "load", "preload", "torch_op"]
+__all__ = ["ExprError", "KartError", "Launcher", "NoCubinForThisGPU", "TensorMap", "WrongDevice", "best", "kernels",
+           "launch", "load", "preload", "tensor_map", "torch_op"]
 
 
 class KartError(RuntimeError):
@@ -369,6 +369,8 @@ def _declare(lib):
         "cuFuncSetAttribute": [p, i, i],
         "cuLaunchKernel": [p, u, u, u, u, u, u, u, p, pp, pp],
         "cuPointerGetAttribute": [p, i, ctypes.c_uint64],
+        "cuTensorMapEncodeTiled": [p, i, u, p, p, p, p, p, i, i, i, i],
+        "cuLaunchKernelEx": [p, p, pp, pp],
     }
     for name, argtypes in signatures.items():
         fn = getattr(lib, name)
@@ -459,8 +461,11 @@ def _function(lib, ctx, artifact, entry):
             _check(lib, lib.cuModuleLoadData(ctypes.byref(handle), image), "cuModuleLoadData")
             module = _modules[key[:2]] = handle.value
         function = ctypes.c_void_p()
-        _check(lib, lib.cuModuleGetFunction(ctypes.byref(function), module, entry.encode()),
-               f"cuModuleGetFunction({entry})")
+        # A template entry's symbol is mangled; callers only ever see its name.
+        info = next((e for e in artifact["entries"] if e["name"] == entry), {})
+        symbol = info.get("symbol", entry)
+        _check(lib, lib.cuModuleGetFunction(ctypes.byref(function), module, symbol.encode()),
+               f"cuModuleGetFunction({info.get('instance', entry)})")
         # With lazy loading a function loads at its first launch; load it now, so a
         # broken image fails here and not inside a timed region or a graph capture.
         if hasattr(lib, "cuFuncLoad"):
@@ -518,6 +523,96 @@ def _kinds(info, args):
     return inferred
 
 
+# --- Hopper: tensor maps (TMA descriptors) and thread-block clusters.
+
+_TMA_TYPES = {"u8": (0, 1), "u16": (1, 2), "u32": (2, 4), "i32": (3, 4), "u64": (4, 8), "i64": (5, 8),
+              "f16": (6, 2), "f32": (7, 4), "f64": (8, 8), "bf16": (9, 2)}
+# torch dtypes by name; FP8 and int8 travel as bytes (TMA only moves them).
+_TORCH_TMA = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64": "f64", "int32": "i32",
+              "int64": "i64", "uint8": "u8", "int8": "u8", "float8_e4m3fn": "u8", "float8_e5m2": "u8",
+              "int16": "u16", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
+_SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
+
+
+class TensorMap:
+    """A TMA descriptor for a `const __grid_constant__ CUtensorMap` kernel parameter
+    (kind "tensormap"): 128 bytes, aligned to 64. It keeps the tensor it describes alive."""
+
+    __slots__ = ("_buffer", "raw", "tensor", "shape", "tile")
+
+    def __init__(self):
+        self._buffer = (ctypes.c_uint8 * 192)()
+        aligned = (ctypes.addressof(self._buffer) + 63) & ~63
+        self.raw = (ctypes.c_uint64 * 16).from_address(aligned)
+
+    def __repr__(self):
+        return f"<kart TensorMap shape {self.shape}, tile {self.tile}>"
+
+
+class _LaunchAttribute(ctypes.Structure):
+    _fields_ = [("id", ctypes.c_int), ("pad", ctypes.c_char * 4), ("x", ctypes.c_uint), ("y", ctypes.c_uint),
+                ("z", ctypes.c_uint), ("rest", ctypes.c_char * 52)]
+
+
+class _LaunchConfig(ctypes.Structure):
+    _fields_ = [("grid", ctypes.c_uint * 3), ("block", ctypes.c_uint * 3), ("shared", ctypes.c_uint),
+                ("stream", ctypes.c_void_p), ("attrs", ctypes.POINTER(_LaunchAttribute)),
+                ("count", ctypes.c_uint)]
+
+
+_CLUSTER_DIMENSION = 4
+
+
+def tensor_map(tensor, tile, swizzle=128, dtype=None, shape=None, strides=None):
+    """A tensor map of `tensor` (a torch tensor, or a raw device pointer with `dtype`,
+    `shape` and `strides` in elements) whose TMA copies move boxes of `tile` (one side
+    per dimension, outermost first, as the shape) into shared memory with a `swizzle`
+    of 0, 32, 64 or 128 bytes. Out-of-bounds elements read as zero."""
+    if hasattr(tensor, "data_ptr"):
+        pointer = tensor.data_ptr()
+        dtype = dtype or _TORCH_TMA.get(str(tensor.dtype).rsplit(".", 1)[-1])
+        shape = tuple(tensor.shape) if shape is None else tuple(shape)
+        strides = tuple(tensor.stride()) if strides is None else tuple(strides)
+        if dtype is None:
+            raise TypeError(f"tensor_map: no TMA element type for {tensor.dtype}; pass dtype= (one of "
+                            f"{', '.join(_TMA_TYPES)})")
+    elif isinstance(tensor, int) and dtype and shape is not None and strides is not None:
+        pointer, shape, strides = tensor, tuple(shape), tuple(strides)
+    else:
+        raise TypeError("tensor_map needs a torch tensor, or a device pointer with dtype, shape and strides")
+    if dtype not in _TMA_TYPES:
+        raise TypeError(f"tensor_map: dtype {dtype!r} is not one of {', '.join(_TMA_TYPES)}")
+    code, size = _TMA_TYPES[dtype]
+    tile = tuple(tile)
+    rank = len(shape)
+    where = f"tensor_map(shape {shape}, strides {strides}, tile {tile})"
+    if not 1 <= rank <= 5 or len(strides) != rank or len(tile) != rank:
+        raise ValueError(f"{where}: shape, strides and tile need one entry per dimension, 1 to 5 dimensions")
+    if strides[-1] != 1:
+        raise ValueError(f"{where}: the innermost stride must be 1")
+    if pointer % 16:
+        raise ValueError(f"{where}: the address {pointer:#x} is not aligned to 16 bytes")
+    if any(s * size % 16 for s in strides[:-1]):
+        raise ValueError(f"{where}: every stride but the innermost must be a multiple of 16 bytes")
+    if any(not 1 <= t <= 256 for t in tile):
+        raise ValueError(f"{where}: every tile side must be 1 to 256")
+    if swizzle not in _SWIZZLES:
+        raise ValueError(f"{where}: swizzle must be 0, 32, 64 or 128 bytes")
+    if swizzle and tile[-1] * size > swizzle:
+        raise ValueError(f"{where}: the tile's inner side is {tile[-1] * size} bytes, more than the swizzle")
+    lib = _cuda()
+    u64, u32 = ctypes.c_uint64, ctypes.c_uint32
+    dims = (u64 * rank)(*reversed(shape))
+    byte_strides = (u64 * max(rank - 1, 1))(*[s * size for s in reversed(strides[:-1])])
+    boxes = (u32 * rank)(*reversed(tile))
+    ones = (u32 * rank)(*([1] * rank))
+    result = TensorMap()
+    _check(lib, lib.cuTensorMapEncodeTiled(ctypes.addressof(result.raw), code, rank, pointer, dims, byte_strides,
+                                           boxes, ones, 0, _SWIZZLES[swizzle], 2, 0), f"cuTensorMapEncodeTiled ({where})")
+    result.tensor, result.shape, result.tile = tensor, shape, tile
+    return result
+
+
 def _pack(name, info, args):
     kinds = _kinds(info, args)
     if len(args) != len(kinds) or (not info.get("signature") and len(args) != len(info["params"])):
@@ -534,6 +629,16 @@ def _pack(name, info, args):
                 raise TypeError(f"{where} must be a tensor, an array with "
                                 f"__cuda_array_interface__ or a device pointer, not {type(arg).__name__}")
             packed.append(ctypes.c_uint64(pointer))
+        elif kind == "tensormap":
+            if not isinstance(arg, TensorMap):
+                raise TypeError(f"{where} must be a TensorMap (kart's tensor_map()), not {type(arg).__name__}")
+            packed.append(arg.raw)
+        elif kind.startswith("struct:"):
+            size = int(kind.split(":")[1])
+            if not isinstance(arg, (bytes, bytearray, memoryview)) or len(arg) != size:
+                raise TypeError(f"{where} must be {size} bytes (bytes, bytearray or memoryview, as "
+                                f"struct.pack or ctypes.Structure gives), not {type(arg).__name__}")
+            packed.append((ctypes.c_char * size).from_buffer_copy(arg))
         elif kind in ("f32", "f64", "f16", "bf16"):
             if isinstance(arg, bool) or not isinstance(arg, (int, float)) and not hasattr(arg, "__float__"):
                 raise TypeError(f"{where} must be a number, not {type(arg).__name__}")
@@ -650,9 +755,12 @@ class Launcher:
         self._mutex = threading.Lock()  # guards the reused argument buffers below
         self._ctx = ctypes.c_void_p()
         kinds = self._info.get("signature")
-        # With a declared signature, packing is prepared once: one struct format, one
-        # buffer of 8-byte slots and the pointer array into it. Without one, kinds are
-        # inferred from each call's values (the general path).
+        # With a declared signature of scalars and pointers, packing is prepared once:
+        # one struct format, one buffer of 8-byte slots and the pointer array into it.
+        # Otherwise kinds are inferred from each call's values, and tensor maps and
+        # structs are passed from their own bytes (the general path).
+        if kinds and not all(k in _SLOT_FORMATS for k in kinds):
+            kinds = None
         self._kinds = tuple(kinds) if kinds else None
         if kinds:
             self._format = "<" + "".join(_SLOT_FORMATS[k] for k in kinds)
@@ -684,14 +792,25 @@ class Launcher:
         self._bind(device)
         return self
 
-    def __call__(self, grid, block, *args, shared_mem=0, stream=None, device=0):
+    def __call__(self, grid, block, *args, shared_mem=0, stream=None, device=0, cluster=None):
         """Launch on `grid` x `block` (ints or tuples of up to 3) with `args` (tensors,
-        arrays, ints, floats), `shared_mem` bytes of dynamic shared memory, on `stream`
-        (a CUstream handle or an object with `.cuda_stream`/`.ptr`; default: PyTorch's
-        current stream, else the default stream). A tensor or array on another GPU than
-        the launch's is refused before anything reaches the driver."""
+        arrays, ints, floats, TensorMaps, bytes for structs), `shared_mem` bytes of
+        dynamic shared memory, on `stream` (a CUstream handle or an object with
+        `.cuda_stream`/`.ptr`; default: PyTorch's current stream, else the default
+        stream), in thread-block clusters of `cluster` blocks if given (through
+        cuLaunchKernelEx). A tensor or array on another GPU than the launch's is refused
+        before anything reaches the driver."""
         g = (grid, 1, 1) if type(grid) is int and grid > 0 else _dims(grid, "grid")
         b = (block, 1, 1) if type(block) is int and block > 0 else _dims(block, "block")
+        if cluster is not None:
+            c = _dims(cluster, "cluster")
+            if any(gi % ci for gi, ci in zip(g, c)):
+                raise ValueError(f"{self._name}: grid {g} is not a whole number of clusters {c}")
+            lib = _cuda()
+            with self._mutex:
+                lib.cuCtxGetCurrent(ctypes.byref(self._ctx))
+                bound = self._bound.get(self._ctx.value) or self._bind_context(device)
+                return self._launch_general(bound, g, b, args, shared_mem, stream, c)
         lib = _driver
         if lib is None:
             # The first launch in this process: every argument is checked before the
@@ -789,8 +908,9 @@ class Launcher:
             _shared_allowed[key] = shared_mem
         bound.shared_allowed = shared_mem
 
-    def _launch_general(self, bound, grid, block, args, shared_mem, stream):
-        """Kinds inferred per call (no signature), and every exact error message."""
+    def _launch_general(self, bound, grid, block, args, shared_mem, stream, cluster=None):
+        """Kinds inferred per call (no signature), tensor maps, structs and clusters,
+        and every exact error message."""
         packed = _pack(self._name, self._info, args)
         for i, arg in enumerate(args):
             if _is_array(arg) and _pointer_kind(arg) == 1 and arg.get_device() != bound.ordinal:
@@ -802,6 +922,14 @@ class Launcher:
         stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
         pointers = (ctypes.c_void_p * max(len(packed), 1))(
             *[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in packed])
+        if cluster is not None:
+            attr = _LaunchAttribute(id=_CLUSTER_DIMENSION, x=cluster[0], y=cluster[1], z=cluster[2])
+            config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_mem,
+                                   stream or None, ctypes.pointer(attr), 1)
+            _check(bound.lib, bound.lib.cuLaunchKernelEx(ctypes.byref(config), bound.function,
+                                                         ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
+                   f"cuLaunchKernelEx({self._name}, cluster {cluster})")
+            return
         _check(bound.lib, bound.lib.cuLaunchKernel(bound.function, *grid, *block, shared_mem, stream or None,
                                                    ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
                f"cuLaunchKernel({self._name})")
@@ -928,7 +1056,9 @@ def load(kernel, entry=None, **config):
     entries = [e["name"] for e in matching[0]["entries"]]
     entry = entry or entries[0]
     if entry not in entries:
-        raise KartError(f"{kernel} has no entry {entry!r}; entries: {', '.join(entries)}")
+        shown = ", ".join(e["name"] + (f" ({e['instance']})" if "instance" in e else "")
+                          for e in matching[0]["entries"])
+        raise KartError(f"{kernel} has no entry {entry!r}; entries: {shown}")
     return Launcher(kernel, config, entry, {a["target"]: a for a in matching})
 
 

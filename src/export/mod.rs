@@ -236,6 +236,12 @@ the driver sees it, then loaded once per CUDA context.
             let mut info = serde_json::Map::new();
             info.insert("name".into(), json!(e.name));
             info.insert("params".into(), json!(e.params));
+            if let Some(symbol) = &e.symbol {
+                info.insert("symbol".into(), json!(symbol));
+            }
+            if let Some(instance) = &e.instance {
+                info.insert("instance".into(), json!(instance));
+            }
             if let Some(sig) = &e.signature {
                 info.insert(
                     "signature".into(),

@@ -13,8 +13,17 @@ const EM_CUDA: u16 = 190;
 /// Resources of one entry point, from ptxas's report.
 #[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
 pub struct EntryInfo {
-    /// The `extern "C"` symbol.
+    /// The name callers use: the `extern "C"` symbol, or a template entry's name.
     pub name: String,
+    /// The mangled symbol of a template entry (absent when it is `name`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub symbol: Option<String>,
+    /// A template entry's expression as written in kernel.toml (`gemm<BM, BN>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub template: Option<String>,
+    /// The expression with this config's values (`gemm<128, 64>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub instance: Option<String>,
     /// Registers per thread.
     pub registers: u32,
     /// Static shared memory, bytes.
@@ -33,6 +42,13 @@ pub struct EntryInfo {
     /// against `params` at build time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub signature: Option<Vec<crate::runtime::signature::ParamKind>>,
+}
+
+impl EntryInfo {
+    /// The symbol to look up in the image.
+    pub fn symbol(&self) -> &str {
+        self.symbol.as_deref().unwrap_or(&self.name)
+    }
 }
 
 /// What a cubin says about itself.
@@ -187,7 +203,13 @@ pub fn check_ptx(bytes: &[u8], target: TargetArch, entries: &[String]) -> Result
     if found.as_deref() != Some(want.as_str()) {
         return Err(format!("PTX targets {found:?}, not {want}"));
     }
-    let declared: Vec<String> = text
+    check_entries(entries, &ptx_entries(bytes)?)
+}
+
+/// The `.entry` names PTX text declares.
+pub fn ptx_entries(bytes: &[u8]) -> Result<Vec<String>, String> {
+    let text = std::str::from_utf8(bytes).map_err(|_| "PTX is not UTF-8 text".to_string())?;
+    Ok(text
         .lines()
         .filter_map(|l| l.split(".entry ").nth(1))
         .map(|rest| {
@@ -197,8 +219,7 @@ pub fn check_ptx(bytes: &[u8], target: TargetArch, entries: &[String]) -> Result
                 .trim()
                 .to_string()
         })
-        .collect();
-    check_entries(entries, &declared)
+        .collect())
 }
 
 fn check_entries(entries: &[String], present: &[String]) -> Result<(), String> {

@@ -11,6 +11,7 @@ pub mod cubin;
 pub mod doctor;
 pub mod resolve;
 pub mod signature;
+pub mod tma;
 
 use std::collections::HashMap;
 use std::path::Path;
@@ -219,9 +220,13 @@ impl LoadedArtifact {
                 message: format!(
                     "{} has no entry `{entry}` (entries: {})",
                     self.artifact.describe(),
-                    self.functions
+                    self.artifact
+                        .entries
                         .iter()
-                        .map(|(n, _)| n.as_str())
+                        .map(|e| match &e.instance {
+                            Some(i) => format!("{} ({i})", e.name),
+                            None => e.name.clone(),
+                        })
                         .collect::<Vec<_>>()
                         .join(", ")
                 ),
@@ -284,6 +289,46 @@ impl LoadedArtifact {
         stream: &CudaStream,
         args: &[KernelArg],
     ) -> Result<()> {
+        self.launch_inner(entry, dims, None, stream, args)
+    }
+
+    /// [`launch`](Self::launch) with thread-block clusters of `cluster` blocks (x, y,
+    /// z), through `cuLaunchKernelEx`; the grid must be a multiple of the cluster.
+    pub fn launch_cluster(
+        &self,
+        entry: &str,
+        dims: LaunchDims,
+        cluster: (u32, u32, u32),
+        stream: &CudaStream,
+        args: &[KernelArg],
+    ) -> Result<()> {
+        let (g, c) = (dims.grid, cluster);
+        if c.0 == 0
+            || c.1 == 0
+            || c.2 == 0
+            || !g.0.is_multiple_of(c.0)
+            || !g.1.is_multiple_of(c.1)
+            || !g.2.is_multiple_of(c.2)
+        {
+            return Err(Error::usage(
+                format!(
+                    "{}: grid {g:?} is not a whole number of clusters {c:?}",
+                    self.artifact.describe()
+                ),
+                Some("make each grid side a multiple of the cluster's".into()),
+            ));
+        }
+        self.launch_inner(entry, dims, Some(cluster), stream, args)
+    }
+
+    fn launch_inner(
+        &self,
+        entry: &str,
+        dims: LaunchDims,
+        cluster: Option<(u32, u32, u32)>,
+        stream: &CudaStream,
+        args: &[KernelArg],
+    ) -> Result<()> {
         let function = self.function(entry)?;
         let info = self
             .artifact
@@ -300,18 +345,56 @@ impl LoadedArtifact {
         }
         // One 8-byte slot per argument, little-endian: the driver copies `size` bytes
         // from each pointer.
+        // Tensor maps and structs are passed from their own bytes.
         let mut slots: Vec<u64> = args.iter().map(KernelArg::bits).collect();
         let mut pointers: Vec<*mut std::ffi::c_void> = slots
             .iter_mut()
-            .map(|slot| (slot as *mut u64).cast())
+            .zip(args)
+            .map(|(slot, arg)| match arg {
+                KernelArg::TensorMap(map) => (&map.0 as *const u64).cast_mut().cast(),
+                KernelArg::Struct(bytes) => bytes.as_ptr().cast_mut().cast(),
+                _ => (slot as *mut u64).cast(),
+            })
             .collect();
         stream
             .context()
             .bind_to_thread()
             .map_err(driver_err("cuCtxSetCurrent"))?;
+        if let Some((x, y, z)) = cluster {
+            // SAFETY: an all-zero launch attribute is valid; the cluster dimension is
+            // the union member its id selects.
+            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+            attr.value.clusterDim.x = x;
+            attr.value.clusterDim.y = y;
+            attr.value.clusterDim.z = z;
+            let config = sys::CUlaunchConfig {
+                gridDimX: dims.grid.0,
+                gridDimY: dims.grid.1,
+                gridDimZ: dims.grid.2,
+                blockDimX: dims.block.0,
+                blockDimY: dims.block.1,
+                blockDimZ: dims.block.2,
+                sharedMemBytes: dims.shared_bytes,
+                hStream: stream.cu_stream(),
+                attrs: &mut attr,
+                numAttrs: 1,
+            };
+            // SAFETY: as for cuLaunchKernel below; `config` and `attr` outlive the call.
+            return unsafe {
+                sys::cuLaunchKernelEx(
+                    &config,
+                    function.cu_function(),
+                    pointers.as_mut_ptr(),
+                    std::ptr::null_mut(),
+                )
+            }
+            .result()
+            .map_err(driver_err("cuLaunchKernelEx"));
+        }
         // SAFETY: `function` and `stream` are live handles of this context; `pointers`
-        // holds one pointer per kernel parameter (checked above), each to 8 bytes that
-        // outlive the call, which copies them.
+        // holds one pointer per kernel parameter (checked above), each to as many bytes
+        // as the parameter's size, alive until the call returns (it copies them).
         unsafe {
             sys::cuLaunchKernel(
                 function.cu_function(),
@@ -354,7 +437,7 @@ pub struct LaunchDims {
 }
 
 /// One kernel argument for [`LoadedArtifact::launch`].
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum KernelArg {
     /// A device pointer (`CUdeviceptr`).
     Ptr(u64),
@@ -382,6 +465,10 @@ pub enum KernelArg {
     U64(u64),
     /// `double`.
     F64(f64),
+    /// A TMA descriptor for a `const __grid_constant__ CUtensorMap` parameter.
+    TensorMap(tma::TensorMap),
+    /// A struct passed by value: its bytes, laid out as the kernel's C++ struct.
+    Struct(Vec<u8>),
 }
 
 impl KernelArg {
@@ -401,12 +488,30 @@ impl KernelArg {
             KernelArg::I64(_) => ParamKind::I64,
             KernelArg::U64(_) => ParamKind::U64,
             KernelArg::F64(_) => ParamKind::F64,
+            KernelArg::TensorMap(_) => ParamKind::TensorMap,
+            KernelArg::Struct(bytes) => ParamKind::Struct {
+                size: bytes.len() as u32,
+                align: 1,
+            },
         }
     }
 
-    /// Its bytes in the low end of a little-endian 64-bit word.
+    /// Whether it can be passed as `kind` (a struct by its size: its alignment is the
+    /// kernel's business).
+    fn fits(&self, kind: ParamKind) -> bool {
+        match (self, kind) {
+            (KernelArg::Struct(bytes), ParamKind::Struct { size, .. }) => {
+                bytes.len() == size as usize
+            }
+            _ => self.kind() == kind,
+        }
+    }
+
+    /// A scalar's bytes in the low end of a little-endian 64-bit word (0 for tensor
+    /// maps and structs, which are passed from their own bytes).
     fn bits(&self) -> u64 {
         match *self {
+            KernelArg::TensorMap(_) | KernelArg::Struct(_) => 0,
             KernelArg::Ptr(v) | KernelArg::U64(v) => v,
             KernelArg::I8(v) => v as u8 as u64,
             KernelArg::U8(v) => v as u64,
@@ -427,7 +532,7 @@ pub fn check_args(
     entry: &crate::runtime::cubin::EntryInfo,
     args: &[KernelArg],
 ) -> Result<()> {
-    let given: Vec<&str> = args.iter().map(|a| a.kind().name()).collect();
+    let given: Vec<std::borrow::Cow<str>> = args.iter().map(|a| a.kind().name()).collect();
     let wrong = |expected: String| Error::Usage {
         message: format!(
             "{artifact}: `{}` takes {expected}; the call passes {} arguments [{}]",
@@ -438,9 +543,10 @@ pub fn check_args(
         hint: None,
     };
     if let Some(signature) = &entry.signature {
-        let kinds: Vec<ParamKind> = args.iter().map(KernelArg::kind).collect();
-        if &kinds != signature {
-            let names: Vec<&str> = signature.iter().map(|k| k.name()).collect();
+        let fits =
+            args.len() == signature.len() && args.iter().zip(signature).all(|(a, k)| a.fits(*k));
+        if !fits {
+            let names: Vec<std::borrow::Cow<str>> = signature.iter().map(|k| k.name()).collect();
             return Err(wrong(format!(
                 "{} arguments [{}]",
                 signature.len(),
@@ -652,7 +758,7 @@ impl Gpu {
         let mut functions = Vec::new();
         for entry in &artifact.entries {
             let f = module
-                .load_function(&entry.name)
+                .load_function(entry.symbol())
                 .map_err(driver_err("cuModuleGetFunction"))?;
             force_load(&f, self.driver_version)?;
             functions.push((entry.name.clone(), f));
@@ -710,7 +816,7 @@ mod tests {
         ];
         assert!(check_args("smoke", &entry, &good).is_ok());
         // Without a signature only sizes are known: an i32 where an f32 goes passes.
-        let mut swapped = good;
+        let mut swapped = good.clone();
         swapped[2] = KernelArg::I32(1);
         assert!(check_args("smoke", &entry, &swapped).is_ok());
         let err = check_args("smoke", &entry, &good[..4]).unwrap_err();

@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 /// The kind of one kernel parameter.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(into = "String", try_from = "String")]
 pub enum ParamKind {
     /// A device pointer (any element type).
     Ptr,
@@ -36,6 +36,29 @@ pub enum ParamKind {
     U64,
     /// `double`.
     F64,
+    /// A TMA descriptor, `const __grid_constant__ CUtensorMap` (128 bytes, aligned to
+    /// 64), made with `cuTensorMapEncodeTiled`.
+    TensorMap,
+    /// A struct passed by value, of `size` bytes aligned to `align` (`struct:16:8`).
+    Struct {
+        /// Bytes.
+        size: u32,
+        /// Alignment, a power of two.
+        align: u32,
+    },
+}
+
+impl From<ParamKind> for String {
+    fn from(k: ParamKind) -> String {
+        k.to_string()
+    }
+}
+
+impl TryFrom<String> for ParamKind {
+    type Error = String;
+    fn try_from(s: String) -> Result<ParamKind, String> {
+        s.parse()
+    }
 }
 
 /// Every kind, in the order the docs list them.
@@ -59,6 +82,8 @@ impl ParamKind {
     /// Its size in bytes (pointers are 64-bit on every GPU kart targets).
     pub fn size(self) -> u32 {
         match self {
+            ParamKind::TensorMap => 128,
+            ParamKind::Struct { size, .. } => size,
             ParamKind::I8 | ParamKind::U8 => 1,
             ParamKind::I16 | ParamKind::U16 | ParamKind::F16 | ParamKind::Bf16 => 2,
             ParamKind::I32 | ParamKind::U32 | ParamKind::F32 => 4,
@@ -67,8 +92,12 @@ impl ParamKind {
     }
 
     /// Its name in `kernel.toml`.
-    pub fn name(self) -> &'static str {
-        match self {
+    pub fn name(self) -> std::borrow::Cow<'static, str> {
+        std::borrow::Cow::Borrowed(match self {
+            ParamKind::TensorMap => "tensormap",
+            ParamKind::Struct { size, align } => {
+                return std::borrow::Cow::Owned(format!("struct:{size}:{align}"));
+            }
             ParamKind::Ptr => "ptr",
             ParamKind::I8 => "i8",
             ParamKind::U8 => "u8",
@@ -82,19 +111,44 @@ impl ParamKind {
             ParamKind::I64 => "i64",
             ParamKind::U64 => "u64",
             ParamKind::F64 => "f64",
-        }
+        })
     }
 }
 
 impl std::str::FromStr for ParamKind {
     type Err = String;
     fn from_str(s: &str) -> Result<ParamKind, String> {
+        if s == "tensormap" {
+            return Ok(ParamKind::TensorMap);
+        }
+        if let Some(rest) = s.strip_prefix("struct:") {
+            let mut parts = rest.split(':').map(str::parse::<u32>);
+            let size = parts.next().and_then(|r| r.ok());
+            let align = match parts.next() {
+                None => Some(8),
+                Some(r) => r.ok(),
+            };
+            return match (size, align, parts.next()) {
+                (Some(size), Some(align), None)
+                    if size > 0
+                        && size <= 4096
+                        && align.is_power_of_two()
+                        && align <= 128
+                        && size % align == 0 =>
+                {
+                    Ok(ParamKind::Struct { size, align })
+                }
+                _ => Err(format!(
+                    "`{s}` is not a struct kind: write struct:SIZE or struct:SIZE:ALIGN (bytes; ALIGN a power of two up to 128 that divides SIZE; SIZE at most 4096)"
+                )),
+            };
+        }
         ALL_KINDS
             .into_iter()
             .find(|k| k.name() == s)
             .ok_or_else(|| {
                 format!(
-                    "`{s}` is not a parameter kind (one of {})",
+                    "`{s}` is not a parameter kind (one of {}, tensormap, struct:SIZE:ALIGN)",
                     ALL_KINDS.map(ParamKind::name).join(", ")
                 )
             })
@@ -103,7 +157,7 @@ impl std::str::FromStr for ParamKind {
 
 impl std::fmt::Display for ParamKind {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.name())
+        f.write_str(&self.name())
     }
 }
 
@@ -114,7 +168,7 @@ pub fn check_signature(entry: &str, declared: &[ParamKind], sizes: &[u32]) -> Re
     if want == sizes {
         return Ok(());
     }
-    let names: Vec<&str> = declared.iter().map(|k| k.name()).collect();
+    let names: Vec<String> = declared.iter().map(|k| k.to_string()).collect();
     let first = want
         .iter()
         .zip(sizes)
@@ -153,5 +207,23 @@ mod tests {
             "{err}"
         );
         assert!("float".parse::<ParamKind>().unwrap_err().contains("f32"));
+        let tma: Vec<ParamKind> = ["tensormap", "struct:12:4", "struct:16"]
+            .iter()
+            .map(|s| s.parse().unwrap())
+            .collect();
+        assert!(check_signature("tma", &tma, &[128, 12, 16]).is_ok());
+        assert_eq!(tma[2].to_string(), "struct:16:8");
+        for bad in [
+            "struct:",
+            "struct:12:8",
+            "struct:0",
+            "struct:16:3",
+            "struct:8:8:8",
+        ] {
+            assert!(bad.parse::<ParamKind>().is_err(), "{bad}");
+        }
+        let json = serde_json::to_string(&tma).unwrap();
+        assert_eq!(json, r#"["tensormap","struct:12:4","struct:16:8"]"#);
+        assert_eq!(serde_json::from_str::<Vec<ParamKind>>(&json).unwrap(), tma);
     }
 }

@@ -19,9 +19,9 @@ use crate::target::TargetArch;
 pub const LOCK_FILE: &str = "kart.lock";
 
 /// Bump when a field is added, removed or changes meaning. Version 2 added derived
-/// params (`[artifact.derived]`) and launch geometry (`[[kernel]]`); version 1 locks
-/// are still read.
-pub const LOCK_VERSION: u32 = 2;
+/// params (`[artifact.derived]`) and launch geometry (`[[kernel]]`); version 3 the
+/// symbol, expression and instance of template entries. Older locks are still read.
+pub const LOCK_VERSION: u32 = 3;
 
 /// The oldest version this kart reads.
 pub const OLDEST_LOCK_VERSION: u32 = 1;

@@ -187,6 +187,8 @@ pub struct ListRow {
     pub attested: Vec<String>,
     /// The config's derived params.
     pub derived: std::collections::BTreeMap<String, i64>,
+    /// Its entries by name, a template entry with its instance (`gemm<128, 64>`).
+    pub entries: Vec<String>,
 }
 
 /// The lock as rows.
@@ -214,6 +216,11 @@ pub fn list(ws: &Workspace) -> Result<Vec<ListRow>> {
                 .map(str::to_string)
                 .collect(),
             kind: a.kind.to_string(),
+            entries: a
+                .entries
+                .iter()
+                .map(|e| e.instance.clone().unwrap_or_else(|| e.name.clone()))
+                .collect(),
             derived: a.derived,
             kernel: a.kernel,
             config: a.config,

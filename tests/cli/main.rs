@@ -3,9 +3,11 @@
 
 mod campaigns;
 mod harness;
+mod libraries;
 mod malformed;
 mod nginx;
 mod remote;
+mod templates;
 
 use std::time::{Duration, Instant};
 

@@ -332,6 +332,10 @@ const TESTS: &[Test] = &[
     ),
     ("launch_checks_results", launch_checks_results),
     (
+        "tma_template_entry_and_cluster_launch_from_rust",
+        tma_template_entry_and_cluster_launch_from_rust,
+    ),
+    (
         "an_sm80_cubin_on_a_9x_gpu_is_a_clear_error",
         an_sm80_cubin_on_a_9x_gpu_is_a_clear_error,
     ),
@@ -558,6 +562,139 @@ fn python_module_in_cuda_graphs_and_torch_compile(_: &Fixture, _: &Gpu) -> TestR
     }
     if !output.status.success() || !text.contains("all torch checks passed") {
         return Err("the exported module failed with CUDA graphs or torch.compile".into());
+    }
+    Ok(())
+}
+
+/// The repository's CuTe GEMM (a template entry, two TMA descriptors kart encodes) on a
+/// problem with M and N off the tiles, against a float64 reference; then the cluster
+/// check launched in clusters of 2 through `cuLaunchKernelEx`.
+fn tma_template_entry_and_cluster_launch_from_rust(_: &Fixture, gpu: &Gpu) -> TestResult {
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
+    use kart::runtime::{KernelArg, LaunchDims};
+    if gpu.capability.major != 9 {
+        return Ok(()); // sm_90a cubins run on 9.0 only
+    }
+    let rt = Runtime::open(&repo_root()).map_err(|e| e.to_string())?;
+    let e = |e: kart::error::Error| e.to_string();
+    let d = |e: cudarc::driver::DriverError| e.to_string();
+    let (m, n, k) = (200usize, 136usize, 264usize);
+    let stream = gpu.stream();
+    let a: Vec<half::f16> = (0..m * k)
+        .map(|i| half::f16::from_f32(((i * 37 % 101) as f32 - 50.0) / 64.0))
+        .collect();
+    let b: Vec<half::f16> = (0..n * k)
+        .map(|i| half::f16::from_f32(((i * 53 % 97) as f32 - 48.0) / 64.0))
+        .collect();
+    let bits = |v: &[half::f16]| v.iter().map(|h| h.to_bits()).collect::<Vec<u16>>();
+    let ad = stream.clone_htod(&bits(&a)).map_err(d)?;
+    let bd = stream.clone_htod(&bits(&b)).map_err(d)?;
+    for (bm, bn, stages) in [(128, 128, 4), (64, 256, 3), (64, 64, 3)] {
+        let config = config(&[("BM", bm), ("BN", bn), ("BK", 64), ("STAGES", stages)]);
+        let loaded = gpu.kernel(&rt, "cute_gemm", &config).map_err(e)?;
+        let mut cd = stream.clone_htod(&vec![f32::NAN; m * n]).map_err(d)?;
+        let (ap, _ga) = ad.device_ptr(&stream);
+        let (bp, _gb) = bd.device_ptr(&stream);
+        let (cp, _gc) = cd.device_ptr_mut(&stream);
+        let ta = TensorMap::tiled(
+            TmaType::F16,
+            ap,
+            &[m as u64, k as u64],
+            &[k as u64, 1],
+            &[bm as u32, 64],
+            Swizzle::B128,
+        )
+        .map_err(e)?;
+        let tb = TensorMap::tiled(
+            TmaType::F16,
+            bp,
+            &[n as u64, k as u64],
+            &[k as u64, 1],
+            &[bn as u32, 64],
+            Swizzle::B128,
+        )
+        .map_err(e)?;
+        let problem = [
+            ("M".to_string(), m as i64),
+            ("N".to_string(), n as i64),
+            ("K".to_string(), k as i64),
+        ]
+        .into_iter()
+        .collect();
+        loaded
+            .launch_problem(
+                "cute_gemm",
+                &problem,
+                &stream,
+                &[
+                    KernelArg::TensorMap(ta),
+                    KernelArg::TensorMap(tb),
+                    KernelArg::Ptr(cp),
+                    KernelArg::I32(m as i32),
+                    KernelArg::I32(n as i32),
+                    KernelArg::I32(k as i32),
+                ],
+            )
+            .map_err(e)?;
+        drop((_ga, _gb, _gc));
+        let c = stream.clone_dtoh(&cd).map_err(d)?;
+        for i in 0..m {
+            for j in 0..n {
+                let want: f64 = (0..k)
+                    .map(|x| f64::from(a[i * k + x].to_f32()) * f64::from(b[j * k + x].to_f32()))
+                    .sum();
+                let got = f64::from(c[i * n + j]);
+                if (got - want).abs() > 1e-3 * want.abs().max(1.0) {
+                    return Err(format!("{config}: C[{i}][{j}] = {got}, want {want}"));
+                }
+            }
+        }
+        // A tensor map passed where a pointer belongs is refused before the driver.
+        let wrong = loaded.launch_problem("cute_gemm", &problem, &stream, &[KernelArg::Ptr(cp)]);
+        if wrong.is_ok() {
+            return Err("a launch with the wrong arguments was not refused".into());
+        }
+    }
+    // Clusters of 2 along x: each block reports its rank in its cluster and the size.
+    let config = config(&[("BM", 64), ("BN", 64), ("BK", 64), ("STAGES", 3)]);
+    let loaded = gpu.kernel(&rt, "cute_gemm", &config).map_err(e)?;
+    let mut out = stream.clone_htod(&vec![-1i32; 8]).map_err(d)?;
+    let (op, guard) = out.device_ptr_mut(&stream);
+    let dims = LaunchDims {
+        grid: (4, 2, 1),
+        block: (32, 1, 1),
+        shared_bytes: 0,
+    };
+    loaded
+        .launch_cluster(
+            "cluster_ranks",
+            dims,
+            (2, 1, 1),
+            &stream,
+            &[KernelArg::Ptr(op)],
+        )
+        .map_err(e)?;
+    if loaded
+        .launch_cluster(
+            "cluster_ranks",
+            LaunchDims {
+                grid: (3, 1, 1),
+                ..dims
+            },
+            (2, 1, 1),
+            &stream,
+            &[KernelArg::Ptr(op)],
+        )
+        .is_ok()
+    {
+        return Err("a grid of 3 blocks in clusters of 2 was not refused".into());
+    }
+    drop(guard);
+    let ranks = stream.clone_dtoh(&out).map_err(d)?;
+    let want: Vec<i32> = (0..8).map(|i| (i % 2) + 256 * 2).collect();
+    if ranks != want {
+        return Err(format!("cluster ranks {ranks:?}, want {want:?}"));
     }
     Ok(())
 }

@@ -1,0 +1,437 @@
+//! Entries as kernel authors write them: an `extern "C"` symbol (`vadd`) or a C++ name
+//! expression over params (`gemm<BLOCK_M, BLOCK_N, float>`).
+//!
+//! A template entry is instantiated per config by a generated translation unit that
+//! includes the kernel's source and takes the address of each instantiation in host
+//! code (which makes the compiler emit exactly those specializations, the way NVRTC's
+//! name expressions do). Its mangled symbol is then found in the cubin by demangling
+//! every entry function and matching the readable name and template arguments.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::fmt::Write as _;
+use std::path::Path;
+
+use crate::build::manifest::{Config, Kernel, ParamMacros, is_c_identifier};
+
+/// One entry of a kernel, as written in `entry = [...]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum EntrySpec {
+    /// An `extern "C"` symbol: its name is its symbol.
+    Symbol(String),
+    /// A template instantiation.
+    Template(TemplateEntry),
+}
+
+/// `ns::gemm<BLOCK_M, 2 * BLOCK_N, float>`: a (qualified) name and its template arguments.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TemplateEntry {
+    /// The expression as written.
+    pub written: String,
+    /// The name before `<` (`ns::gemm`): what callers use to find the entry.
+    pub name: String,
+    /// Each template argument's text, trimmed.
+    pub args: Vec<String>,
+}
+
+impl EntrySpec {
+    /// Parses one `entry` string; the error says what is wrong with it.
+    pub fn parse(text: &str) -> Result<EntrySpec, String> {
+        let text = text.trim();
+        if is_c_identifier(text) {
+            return Ok(EntrySpec::Symbol(text.to_string()));
+        }
+        let Some(open) = text.find('<') else {
+            return Err(format!(
+                "entry `{text}` is neither a C identifier (an `extern \"C\"` kernel) nor a template instantiation like `gemm<BLOCK_M, BLOCK_N>`"
+            ));
+        };
+        let name = text[..open].trim();
+        if !is_qualified_name(name) {
+            return Err(format!(
+                "entry `{text}`: `{name}` is not a function name (letters, digits, `_`, and `::` between names)"
+            ));
+        }
+        if !text.ends_with('>') {
+            return Err(format!(
+                "entry `{text}` must end with the `>` that closes its template arguments"
+            ));
+        }
+        let inner = &text[open + 1..text.len() - 1];
+        let args = split_top_level(inner).map_err(|why| format!("entry `{text}`: {why}"))?;
+        if args.iter().any(|a| a.is_empty()) {
+            return Err(format!("entry `{text}` has an empty template argument"));
+        }
+        Ok(EntrySpec::Template(TemplateEntry {
+            written: text.to_string(),
+            name: name.to_string(),
+            args,
+        }))
+    }
+
+    /// The name callers use: the symbol, or the template's name.
+    pub fn name(&self) -> &str {
+        match self {
+            EntrySpec::Symbol(s) => s,
+            EntrySpec::Template(t) => &t.name,
+        }
+    }
+}
+
+impl TemplateEntry {
+    /// The identifiers of the arguments that are in `names` (the params and derived
+    /// params the expression uses).
+    pub fn uses<'a>(&self, names: impl IntoIterator<Item = &'a str>) -> BTreeSet<String> {
+        let names: BTreeSet<&str> = names.into_iter().collect();
+        let mut used = BTreeSet::new();
+        for arg in &self.args {
+            for ident in identifiers(arg) {
+                if names.contains(ident) {
+                    used.insert(ident.to_string());
+                }
+            }
+        }
+        used
+    }
+
+    /// The expression with every param replaced by its value: `gemm<128, 64, float>`.
+    pub fn instance(&self, values: &BTreeMap<String, String>) -> String {
+        let args: Vec<String> = self.args.iter().map(|a| substitute(a, values)).collect();
+        format!("{}<{}>", self.name, args.join(", "))
+    }
+}
+
+impl Kernel {
+    /// Every param and derived param of `config`, as the text the source sees.
+    pub fn param_texts(&self, config: &Config) -> BTreeMap<String, String> {
+        let mut values: BTreeMap<String, String> = config
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        for (k, v) in self.derived_values(config).unwrap_or_default() {
+            values.insert(k, v.to_string());
+        }
+        values
+    }
+
+    /// The params and derived params passed as `-D NAME=VALUE`, per `param_macros`.
+    pub fn macro_params(&self, config: &Config) -> Vec<(String, String)> {
+        let values = self.param_texts(config);
+        let in_templates: BTreeSet<String> = match self.param_macros {
+            ParamMacros::All => BTreeSet::new(),
+            ParamMacros::None => return Vec::new(),
+            ParamMacros::Auto => self
+                .templates
+                .values()
+                .flat_map(|t| t.uses(values.keys().map(String::as_str)))
+                .collect(),
+        };
+        // Params first, then derived params, each in name order (as before templates).
+        let params = config.0.keys();
+        let derived = values.keys().filter(|k| !config.0.contains_key(*k));
+        params
+            .chain(derived)
+            .filter(|k| !in_templates.contains(*k))
+            .map(|k| (k.clone(), values[k].clone()))
+            .collect()
+    }
+
+    /// Each template entry with its instance for `config`, in entry order.
+    pub fn template_instances(&self, config: &Config) -> Vec<(&TemplateEntry, String)> {
+        if self.templates.is_empty() {
+            return Vec::new();
+        }
+        let values = self.param_texts(config);
+        self.entry
+            .iter()
+            .filter_map(|name| self.templates.get(name))
+            .map(|t| (t, t.instance(&values)))
+            .collect()
+    }
+}
+
+/// The generated translation unit: the kernel source, then one host-side reference per
+/// template instance so that the compiler instantiates each for the device.
+pub fn translation_unit(source: &Path, instances: &[String]) -> String {
+    let mut tu =
+        String::from("// Generated by kart: instantiates the template entries of one config.\n");
+    let _ = writeln!(tu, "#include \"{}\"", escape_include(source));
+    for (i, inst) in instances.iter().enumerate() {
+        let _ = writeln!(
+            tu,
+            "[[maybe_unused]] static void *const kart_instance_{i} = reinterpret_cast<void *>(&{inst});"
+        );
+    }
+    tu
+}
+
+/// Finds each instance's mangled symbol among the cubin's functions. Candidates are the
+/// functions whose demangled name is the instance's template; when a template has several
+/// instances, the arguments decide (compared without spaces, as the demangler prints
+/// them: `128`, `true`, `float`).
+pub fn find_symbols(
+    instances: &[(&TemplateEntry, String)],
+    functions: &[String],
+) -> Result<Vec<String>, String> {
+    let demangled: Vec<(String, Option<(String, String)>)> = functions
+        .iter()
+        .map(|f| (f.clone(), demangle_name(f)))
+        .collect();
+    let mut found = Vec::new();
+    for (entry, instance) in instances {
+        let candidates: Vec<&(String, Option<(String, String)>)> = demangled
+            .iter()
+            .filter(|(_, d)| d.as_ref().is_some_and(|(base, _)| *base == entry.name))
+            .collect();
+        let same_template = instances
+            .iter()
+            .filter(|(e, _)| e.name == entry.name)
+            .count();
+        let want = squash(instance);
+        let exact: Vec<&&(String, Option<(String, String)>)> = candidates
+            .iter()
+            .filter(|(_, d)| {
+                d.as_ref()
+                    .is_some_and(|(base, args)| squash(&format!("{base}<{args}>")) == want)
+            })
+            .collect();
+        let symbol = match (exact.as_slice(), candidates.as_slice()) {
+            ([one], _) => one.0.clone(),
+            (_, [one]) if same_template == 1 => one.0.clone(),
+            _ => {
+                let readable: Vec<String> = demangled
+                    .iter()
+                    .map(|(f, d)| match d {
+                        Some((base, args)) => format!("{base}<{args}>"),
+                        None => f.clone(),
+                    })
+                    .collect();
+                return Err(format!(
+                    "cannot find `{instance}` (entry `{}`) in the cubin; it defines: {}",
+                    entry.written,
+                    if readable.is_empty() {
+                        "nothing".to_string()
+                    } else {
+                        readable.join(", ")
+                    }
+                ));
+            }
+        };
+        found.push(symbol);
+    }
+    Ok(found)
+}
+
+/// A function's readable form for messages: `gemm<128, 64>(float*, int)` or the symbol.
+pub fn readable(symbol: &str) -> String {
+    cpp_demangle::Symbol::new(symbol)
+        .ok()
+        .and_then(|s| s.demangle().ok())
+        .map(|d| d.strip_prefix("void ").map(str::to_string).unwrap_or(d))
+        .unwrap_or_else(|| symbol.to_string())
+}
+
+/// (name, template arguments) of a mangled function template instance.
+fn demangle_name(symbol: &str) -> Option<(String, String)> {
+    let text = readable(symbol);
+    if text == symbol {
+        return None;
+    }
+    // `ns::gemm<128, 64, float>(float*, int)`: the name ends at the first `<` of the
+    // outermost level; the arguments end at its matching `>`.
+    let open = text.find('<')?;
+    let mut depth = 0usize;
+    for (i, c) in text.char_indices().skip(open) {
+        match c {
+            '<' => depth += 1,
+            '>' => {
+                depth -= 1;
+                if depth == 0 {
+                    return Some((text[..open].to_string(), text[open + 1..i].to_string()));
+                }
+            }
+            _ => {}
+        }
+    }
+    None
+}
+
+fn squash(s: &str) -> String {
+    s.chars().filter(|c| !c.is_whitespace()).collect()
+}
+
+fn is_qualified_name(s: &str) -> bool {
+    let s = s.strip_prefix("::").unwrap_or(s);
+    !s.is_empty() && s.split("::").all(is_c_identifier)
+}
+
+/// Splits template arguments at the commas outside nested `<>`, `()` and `[]`.
+fn split_top_level(inner: &str) -> Result<Vec<String>, String> {
+    let mut args = Vec::new();
+    let mut depth: Vec<char> = Vec::new();
+    let mut current = String::new();
+    for c in inner.chars() {
+        // Inside parentheses or brackets, `<` and `>` compare.
+        let in_parens = matches!(depth.last(), Some('(' | '['));
+        match c {
+            '<' | '>' if in_parens => {}
+            '<' | '(' | '[' => depth.push(c),
+            '>' | ')' | ']' => {
+                let want = match c {
+                    '>' => '<',
+                    ')' => '(',
+                    _ => '[',
+                };
+                if depth.pop() != Some(want) {
+                    return Err(format!("unbalanced `{c}`"));
+                }
+            }
+            ',' if depth.is_empty() => {
+                args.push(current.trim().to_string());
+                current.clear();
+                continue;
+            }
+            _ => {}
+        }
+        current.push(c);
+    }
+    if let Some(open) = depth.last() {
+        return Err(format!("unclosed `{open}`"));
+    }
+    args.push(current.trim().to_string());
+    Ok(args)
+}
+
+/// The identifiers of a C++ expression, in order.
+fn identifiers(text: &str) -> impl Iterator<Item = &str> {
+    let mut out = Vec::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            out.push(&text[start..i]);
+        } else if c.is_ascii_digit() {
+            // A number with its suffix (`128u`) is not an identifier.
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+        } else {
+            i += 1;
+        }
+    }
+    out.into_iter()
+}
+
+/// `text` with each identifier found in `values` replaced by its value.
+fn substitute(text: &str, values: &BTreeMap<String, String>) -> String {
+    let mut out = String::new();
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphanumeric() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let word = &text[start..i];
+            let is_ident = !word.as_bytes()[0].is_ascii_digit();
+            match values.get(word) {
+                Some(v) if is_ident => out.push_str(v),
+                _ => out.push_str(word),
+            }
+        } else {
+            out.push(c as char);
+            i += 1;
+        }
+    }
+    out
+}
+
+fn escape_include(path: &Path) -> String {
+    path.to_string_lossy()
+        .replace('\\', "\\\\")
+        .replace('"', "\\\"")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn template(text: &str) -> TemplateEntry {
+        match EntrySpec::parse(text) {
+            Ok(EntrySpec::Template(t)) => t,
+            other => panic!("{text}: {other:?}"),
+        }
+    }
+
+    #[test]
+    fn parses_symbols_and_templates() {
+        assert_eq!(
+            EntrySpec::parse("vadd"),
+            Ok(EntrySpec::Symbol("vadd".into()))
+        );
+        let t = template("ns::gemm<BM, BN * 2, cute::tuple<int, int>, (A > B)>");
+        assert_eq!(t.name, "ns::gemm");
+        assert_eq!(
+            t.args,
+            vec!["BM", "BN * 2", "cute::tuple<int, int>", "(A > B)"]
+        );
+        for bad in [
+            "gemm<BM",
+            "gemm<>",
+            "gemm<BM,>",
+            "1gemm<BM>",
+            "gemm(BM)",
+            "gemm<BM>x",
+            "gemm<(BM>",
+        ] {
+            assert!(EntrySpec::parse(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn substitutes_whole_identifiers_only() {
+        let t = template("gemm<BM, BM_2, 2 * BM, 128u, T>");
+        let values: BTreeMap<String, String> = [("BM", "64"), ("T", "float")]
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert_eq!(t.instance(&values), "gemm<64, BM_2, 2 * 64, 128u, float>");
+        assert_eq!(
+            t.uses(["BM", "BN", "T"]),
+            ["BM", "T"].iter().map(|s| s.to_string()).collect()
+        );
+    }
+
+    #[test]
+    fn matches_demangled_instances() {
+        // From nvcc 13.0: gemm<128, 64*2, float, true> and ns::other<3>.
+        let functions = vec![
+            "_ZN2ns5otherILi3EEEvPf".to_string(),
+            "_Z4gemmILi128ELi128EfLb1EEvPT1_PKS0_i".to_string(),
+        ];
+        let g = template("gemm<BM, BN*2, float, true>");
+        let o = template("ns::other<X>");
+        let found = find_symbols(
+            &[
+                (&g, "gemm<128, 64*2, float, true>".into()),
+                (&o, "ns::other<3>".into()),
+            ],
+            &functions,
+        )
+        .unwrap();
+        assert_eq!(found, vec![functions[1].clone(), functions[0].clone()]);
+        assert_eq!(
+            readable(&functions[1]),
+            "gemm<128, 128, float, true>(float*, float const*, int)"
+        );
+        let missing = find_symbols(&[(&g, "gemm<1, 2>".into())], &functions[..1]).unwrap_err();
+        assert!(missing.contains("ns::other<3>"), "{missing}");
+    }
+}

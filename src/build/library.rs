@@ -1,0 +1,273 @@
+//! Headers from outside the project: toolkit components installed beside nvcc
+//! (`[toolchain] components`) and header-only libraries such as CUTLASS/CuTe
+//! (`[library.NAME]`), each pinned by version and content.
+//!
+//! A library's content hash covers every file under its include folder. Hashing
+//! thousands of headers on every build would cost more than a no-op build, so the hash
+//! is cached with the size and mtime of every file and recomputed only when one changes.
+
+use std::path::{Path, PathBuf};
+use std::time::UNIX_EPOCH;
+
+use serde::{Deserialize, Serialize};
+
+use crate::build::toolchain::{collect_files, hash_tree};
+use crate::digest::sha256_hex;
+use crate::error::{Error, Result};
+use crate::store::fsutil::write_atomic;
+
+/// Where `scripts/setup` installs a pip library, relative to the project root.
+pub const LIBRARY_PREFIX: &str = ".toolchain/lib";
+
+/// A header library declared in `kart.toml`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Library {
+    /// Its name (`cutlass`), what kernels list in `libraries`.
+    pub name: String,
+    /// Where it comes from: a pinned pip package or a folder of the project.
+    pub source: LibrarySource,
+    /// The folder passed to nvcc with `-I`, relative to the project root.
+    pub include: PathBuf,
+    /// The declared sha256 of the include folder's content.
+    pub sha256: Option<String>,
+}
+
+/// Where a library's headers come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum LibrarySource {
+    /// `pip = "nvidia-cutlass==4.2.0.0"`, installed under `.toolchain/lib/NAME`.
+    Pip(String),
+    /// `path = "third_party/cutlass/include"`: vendored in the project.
+    Path,
+}
+
+impl Library {
+    /// What the key records besides the content: the pip pin, or `vendored`.
+    pub fn version(&self) -> String {
+        match &self.source {
+            LibrarySource::Pip(spec) => spec.clone(),
+            LibrarySource::Path => "vendored".to_string(),
+        }
+    }
+}
+
+/// A library's pin as the build uses it: include folder and content hash.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LibraryPin {
+    /// The folder nvcc gets with `-I`, relative to the project root.
+    pub include: PathBuf,
+    /// The pip pin or `vendored`.
+    pub version: String,
+    /// sha256 over the folder's files (sorted paths and contents' hashes).
+    pub sha256: String,
+}
+
+/// `name==version`: a pinned pip requirement.
+pub fn parse_pin(spec: &str) -> Option<(&str, &str)> {
+    let (name, version) = spec.split_once("==")?;
+    let ok = |s: &str| {
+        !s.is_empty()
+            && s.chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    };
+    (ok(name) && ok(version)).then_some((name, version))
+}
+
+/// Checks that every declared component is installed in the site folder nvcc came from
+/// (its `.dist-info` with that version), so a header it provides is the pinned one.
+pub fn check_components(toolkit_root: &Path, components: &[String]) -> Result<()> {
+    if components.is_empty() {
+        return Ok(());
+    }
+    // Wheels install nvcc as SITE/nvidia/cu13/bin/nvcc; components beside it share SITE.
+    let site = toolkit_root
+        .parent()
+        .and_then(Path::parent)
+        .unwrap_or(toolkit_root);
+    let installed: Vec<String> = std::fs::read_dir(site)
+        .map(|d| {
+            d.filter_map(|e| e.ok())
+                .map(|e| e.file_name().to_string_lossy().into_owned())
+                .filter(|n| n.ends_with(".dist-info"))
+                .collect()
+        })
+        .unwrap_or_default();
+    for spec in components {
+        let Some((name, version)) = parse_pin(spec) else {
+            continue;
+        };
+        let want = format!(
+            "{}-{version}.dist-info",
+            name.replace(['-', '.'], "_").to_lowercase()
+        );
+        if !installed.iter().any(|n| n.to_lowercase() == want) {
+            return Err(Error::environment(
+                format!(
+                    "kart.toml needs the toolkit component `{spec}`, which is not installed beside nvcc (no `{want}` in `{}`)",
+                    site.display()
+                ),
+                "run `scripts/setup`: it installs the components kart.toml lists next to the pinned nvcc",
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// The pin of `library`: its content hash (cached by file stamps in `cache_dir`),
+/// checked against the declared one.
+pub fn pin(root: &Path, library: &Library, cache_dir: &Path) -> Result<LibraryPin> {
+    let dir = root.join(&library.include);
+    if !dir.is_dir() {
+        let hint = match &library.source {
+            LibrarySource::Pip(spec) => format!(
+                "run `scripts/setup`: it installs `{spec}` under `{LIBRARY_PREFIX}/{}`",
+                library.name
+            ),
+            LibrarySource::Path => "fix `path` in kart.toml, or add the folder".to_string(),
+        };
+        return Err(Error::environment(
+            format!(
+                "header library `{}`: its include folder `{}` does not exist",
+                library.name,
+                library.include.display()
+            ),
+            hint,
+        ));
+    }
+    let sha256 = cached_tree_hash(&dir, cache_dir)?;
+    if let Some(declared) = &library.sha256
+        && *declared != sha256
+    {
+        return Err(Error::environment(
+            format!(
+                "header library `{}` ({}) at `{}` has content sha256 {sha256}, but kart.toml pins {declared}",
+                library.name,
+                library.version(),
+                library.include.display()
+            ),
+            "its files changed or another version is installed: reinstall it (`scripts/setup`), or pin the new content with `sha256` in kart.toml",
+        ));
+    }
+    if library.sha256.is_none() && matches!(library.source, LibrarySource::Pip(_)) {
+        return Err(Error::environment(
+            format!(
+                "header library `{}` ({}) is pinned by version only",
+                library.name,
+                library.version()
+            ),
+            format!(
+                "pin its content too: add `sha256 = \"{sha256}\"` to [library.{}] in kart.toml",
+                library.name
+            ),
+        ));
+    }
+    Ok(LibraryPin {
+        include: library.include.clone(),
+        version: library.version(),
+        sha256,
+    })
+}
+
+#[derive(Serialize, Deserialize, PartialEq, Eq)]
+struct FileStamp {
+    path: String,
+    size: u64,
+    mtime_ns: u128,
+}
+
+#[derive(Serialize, Deserialize)]
+struct CachedHash {
+    version: u32,
+    stamps: Vec<FileStamp>,
+    sha256: String,
+}
+
+const CACHE_VERSION: u32 = 1;
+
+/// The tree hash of `dir`, recomputed only when a file's size or mtime changed or a
+/// file came or went.
+fn cached_tree_hash(dir: &Path, cache_dir: &Path) -> Result<String> {
+    let mut files = Vec::new();
+    collect_files(dir, dir, &mut files)?;
+    files.sort();
+    let stamps: Vec<FileStamp> = files
+        .iter()
+        .map(|rel| {
+            let (size, mtime_ns) = std::fs::metadata(dir.join(rel)).map_or((u64::MAX, 0), |m| {
+                (
+                    m.len(),
+                    m.modified()
+                        .ok()
+                        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
+                        .map_or(0, |d| d.as_nanos()),
+                )
+            });
+            FileStamp {
+                path: rel.clone(),
+                size,
+                mtime_ns,
+            }
+        })
+        .collect();
+    let abs = std::fs::canonicalize(dir).unwrap_or(dir.to_path_buf());
+    let cache_file = cache_dir.join(format!(
+        "library-{}.json",
+        &sha256_hex(abs.as_os_str().as_encoded_bytes())[..24]
+    ));
+    if let Ok(text) = std::fs::read_to_string(&cache_file)
+        && let Ok(cached) = serde_json::from_str::<CachedHash>(&text)
+        && cached.version == CACHE_VERSION
+        && cached.stamps == stamps
+    {
+        return Ok(cached.sha256);
+    }
+    let sha256 = hash_tree(dir)?;
+    let cached = CachedHash {
+        version: CACHE_VERSION,
+        stamps,
+        sha256: sha256.clone(),
+    };
+    // An optimisation: failing to write the cache must not fail the build.
+    if std::fs::create_dir_all(cache_dir).is_ok()
+        && let Ok(json) = serde_json::to_vec(&cached)
+    {
+        let _ = write_atomic(&cache_file, &json);
+    }
+    Ok(sha256)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pins_are_name_equals_version() {
+        assert_eq!(
+            parse_pin("nvidia-cutlass==4.2.0.0"),
+            Some(("nvidia-cutlass", "4.2.0.0"))
+        );
+        for bad in [
+            "nvidia-cutlass",
+            "nvidia-cutlass>=4",
+            "==4",
+            "x==",
+            "a b==1",
+        ] {
+            assert_eq!(parse_pin(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn the_cached_hash_follows_edits() {
+        let lib = tempfile::tempdir().unwrap();
+        let cache = tempfile::tempdir().unwrap();
+        std::fs::create_dir_all(lib.path().join("cute")).unwrap();
+        std::fs::write(lib.path().join("cute/a.hpp"), "int a;").unwrap();
+        let first = cached_tree_hash(lib.path(), cache.path()).unwrap();
+        assert_eq!(first, cached_tree_hash(lib.path(), cache.path()).unwrap());
+        std::fs::write(lib.path().join("cute/a.hpp"), "int a; int b;").unwrap();
+        let edited = cached_tree_hash(lib.path(), cache.path()).unwrap();
+        assert_ne!(first, edited);
+        assert_eq!(edited, hash_tree(lib.path()).unwrap());
+    }
+}

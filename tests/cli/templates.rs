@@ -1,0 +1,175 @@
+//! Kernels as their authors write them: template entries over params, with the real nvcc.
+
+use crate::harness::{TestProject, stderr, stdout, text};
+
+/// Two template kernels whose template parameters share the params' names, and an
+/// `extern "C"` one, in one source.
+fn template_project() -> TestProject {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/t/t.cu",
+        r#"
+template <int BLOCK, int SCALE, typename T>
+__global__ void scale(T *out, const T *in, int n) {
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) out[i] = in[i] * (T)SCALE;
+}
+template <int BLOCK>
+__global__ void fill(float *out, int n) {
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) out[i] = (float)BLOCK * OFFSET;
+}
+extern "C" __global__ void plain(float *out) { out[0] = OFFSET; }
+"#,
+    );
+    p.write(
+        "kernels/t/kernel.toml",
+        r#"name = "t"
+sources = ["t.cu"]
+entry = ["scale<BLOCK, SCALE * 2, T>", "fill<BLOCK>", "plain"]
+[params]
+BLOCK = [64, 128]
+SCALE = [3]
+T = ["float", "double"]
+OFFSET = [1]
+[signature]
+scale = ["ptr", "ptr", "i32"]
+"#,
+    );
+    p
+}
+
+#[test]
+fn template_entries_build_with_params_as_template_arguments_and_are_found_by_name() {
+    let p = template_project();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 4);
+    // Params a template entry uses are template arguments only; the rest are macros.
+    for line in p.compile_lines() {
+        assert!(line.contains("-DOFFSET=1"), "{line}");
+        for name in ["BLOCK", "SCALE", "T"] {
+            assert!(!line.contains(&format!("-D{name}=")), "{line}");
+        }
+    }
+    let lock = p.read("kart.lock");
+    assert!(lock.contains("version = 3"), "{lock}");
+    assert!(
+        lock.contains(r#"template = "scale<BLOCK, SCALE * 2, T>""#),
+        "{lock}"
+    );
+    assert!(
+        lock.contains(r#"instance = "scale<128, 3 * 2, double>""#),
+        "{lock}"
+    );
+    // The mangled symbol, as the Itanium ABI spells scale<128, 6, double>.
+    assert!(
+        lock.contains(r#"symbol = "_Z5scaleILi128ELi6EdEvPT1_PKS0_i""#),
+        "{lock}"
+    );
+    assert!(lock.contains(r#"symbol = "_Z4fillILi64EEvPfi""#), "{lock}");
+
+    // `ls` and `path` speak the names callers use; `path --json` gives the symbol.
+    let ls = stdout(&p.ok(&["ls"]));
+    assert!(ls.contains("ENTRIES"), "{ls}");
+    assert!(
+        ls.contains("scale<64, 3 * 2, float> fill<64> plain"),
+        "{ls}"
+    );
+    let path = stdout(&p.ok(&[
+        "path", "t", "-p", "BLOCK=64", "-p", "SCALE=3", "-p", "T=float", "-p", "OFFSET=1",
+        "--target", "sm_90", "--json",
+    ]));
+    let v: serde_json::Value = serde_json::from_str(&path).unwrap();
+    let entries = v["entries"].as_array().unwrap();
+    assert_eq!(entries[0]["name"], "scale");
+    assert_eq!(entries[0]["symbol"], "_Z5scaleILi64ELi6EfEvPT1_PKS0_i");
+    assert_eq!(entries[2]["symbol"], "plain");
+    let explain = stdout(&p.ok(&[
+        "explain", "t", "-p", "BLOCK=64", "-p", "SCALE=3", "-p", "T=float", "-p", "OFFSET=1",
+    ]));
+    assert!(
+        explain.contains("entry fill: fill<BLOCK> = fill<64> -> _Z4fillILi64EEvPfi"),
+        "{explain}"
+    );
+
+    // A no-op build compiles nothing; editing the expression rebuilds.
+    p.clear_log();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 0);
+    let toml = p.read("kernels/t/kernel.toml");
+    p.write(
+        "kernels/t/kernel.toml",
+        &toml.replace("SCALE * 2, T>", "SCALE * 4, T>"),
+    );
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 4);
+    assert!(
+        p.read("kart.lock")
+            .contains("_Z5scaleILi128ELi12EdEvPT1_PKS0_i")
+    );
+}
+
+#[test]
+fn param_macros_all_passes_every_param_as_a_macro_too() {
+    // The template parameter has its own name here: `all` makes N a macro as well.
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/m/m.cu",
+        r#"
+template <int K>
+__global__ void twice(float *out) { out[threadIdx.x] = K * 2 + WIDTH + N; }
+"#,
+    );
+    p.write(
+        "kernels/m/kernel.toml",
+        r#"name = "m"
+sources = ["m.cu"]
+entry = ["twice<N>"]
+param_macros = "all"
+[params]
+N = [1, 2]
+WIDTH = [4]
+"#,
+    );
+    p.ok(&["build"]);
+    for line in p.compile_lines() {
+        assert!(
+            line.contains("-DN=") && line.contains("-DWIDTH=4"),
+            "{line}"
+        );
+    }
+}
+
+#[test]
+fn a_wrong_entry_expression_says_what_and_where() {
+    let p = template_project();
+    let toml = p.read("kernels/t/kernel.toml");
+    // Not an expression at all: refused at load with the line and column.
+    p.write(
+        "kernels/t/kernel.toml",
+        &toml.replace("\"fill<BLOCK>\"", "\"fill<BLOCK\""),
+    );
+    let out = p.kart(&["build"]);
+    assert!(!out.status.success());
+    let err = stderr(&out);
+    assert!(
+        err.contains("kernel.toml:3:") && err.contains("must end with the `>`"),
+        "{err}"
+    );
+    // Two entries with one name.
+    p.write(
+        "kernels/t/kernel.toml",
+        &toml.replace("\"fill<BLOCK>\"", "\"fill<BLOCK>\", \"fill<SCALE>\""),
+    );
+    let err = stderr(&p.kart(&["build"]));
+    assert!(err.contains("two entries are named `fill`"), "{err}");
+    // A template the source does not define: nvcc's own words, framed.
+    p.write(
+        "kernels/t/kernel.toml",
+        &toml.replace("\"fill<BLOCK>\"", "\"fil<BLOCK>\""),
+    );
+    let out = p.kart(&["build"]);
+    assert!(!out.status.success());
+    let all = text(&out);
+    assert!(all.contains("nvcc failed") && all.contains("fil"), "{all}");
+}

@@ -235,59 +235,159 @@ impl Kernel {
     /// removed, what is kept. A rule or derived param that fails to evaluate on a
     /// config is an error naming the config.
     pub fn grid_report(&self) -> Result<(GridReport, Vec<Config>), GridError> {
-        let raw = self.raw_configs();
-        let mut report = GridReport {
-            raw: raw.len(),
-            ..GridReport::default()
+        // One pass over the combinations by index, with the values in flat arrays: a
+        // `Config` (a map of owned strings) is built only for the configs kept, which
+        // matters for grids of tens of thousands. Counts and errors are those of
+        // filtering step by step: a config is counted against the first step that
+        // removes it, and the error reported is the one of the earliest step, on the
+        // first config that reaches it.
+        let names: Vec<&str> = self.params.keys().map(String::as_str).collect();
+        let lists: Vec<&Vec<ParamValue>> = self.params.values().collect();
+        let raw: usize = lists.iter().map(|l| l.len()).product();
+        let derived_names: Vec<&str> = self.derived.iter().map(|d| d.name.as_str()).collect();
+        let mut removed = vec![0usize; self.require.len()];
+        let mut excluded = 0usize;
+        let mut kept = Vec::new();
+        let mut derived_error: Option<GridError> = None;
+        let mut rule_error: Option<(usize, GridError)> = None;
+        let mut index = vec![0usize; lists.len()];
+        let mut values: Vec<&ParamValue> = lists.iter().map(|l| &l[0]).collect();
+        let mut derived = vec![0i64; self.derived.len()];
+        let config_of = |values: &[&ParamValue]| {
+            Config(
+                names
+                    .iter()
+                    .zip(values)
+                    .map(|(n, v)| (n.to_string(), (*v).clone()))
+                    .collect(),
+            )
         };
-        let mut kept: Vec<Config> = raw
-            .into_iter()
-            .filter(|c| !self.exclude.iter().any(|e| c.matches(e)))
-            .collect();
-        if !self.exclude.is_empty() {
-            report
-                .steps
-                .push(("[[exclude]]".into(), report.raw - kept.len()));
-        }
-        // Derived params are computed once per config, then each rule filters in turn.
-        let mut with_derived = Vec::with_capacity(kept.len());
-        for c in kept.drain(..) {
-            let derived = self.derived_values(&c).map_err(|(i, error)| GridError {
-                at: RuleOrDerived::Derived(i),
-                config: c.clone(),
-                error,
-            })?;
-            with_derived.push((c, derived));
-        }
-        for (i, rule) in self.require.iter().enumerate() {
-            let before = with_derived.len();
-            let mut failed = None;
-            with_derived.retain(|(c, d)| {
-                if failed.is_some() {
-                    return true;
-                }
-                match rule.expr.evaluate(&Layered(c, d)) {
-                    Ok(v) => v != 0,
-                    Err(error) => {
-                        failed = Some(GridError {
-                            at: RuleOrDerived::Rule(i),
-                            config: c.clone(),
-                            error,
-                        });
-                        true
+        for _ in 0..raw {
+            let excluded_here = !self.exclude.is_empty() && {
+                let config = config_of(&values);
+                self.exclude.iter().any(|e| config.matches(e))
+            };
+            if excluded_here {
+                excluded += 1;
+            } else {
+                let mut ok = true;
+                for (i, d) in self.derived.iter().enumerate() {
+                    let env = FlatEnv {
+                        names: &names,
+                        values: &values,
+                        derived_names: &derived_names,
+                        derived: &derived,
+                        derived_len: i,
+                    };
+                    match d.expr.evaluate(&env) {
+                        Ok(v) => derived[i] = v,
+                        Err(error) => {
+                            if derived_error.is_none() {
+                                derived_error = Some(GridError {
+                                    at: RuleOrDerived::Derived(i),
+                                    config: config_of(&values),
+                                    error,
+                                });
+                            }
+                            ok = false;
+                            break;
+                        }
                     }
                 }
-            });
-            if let Some(e) = failed {
-                return Err(e);
+                if ok {
+                    let env = FlatEnv {
+                        names: &names,
+                        values: &values,
+                        derived_names: &derived_names,
+                        derived: &derived,
+                        derived_len: derived.len(),
+                    };
+                    let mut passed = true;
+                    for (i, rule) in self.require.iter().enumerate() {
+                        match rule.expr.evaluate(&env) {
+                            Ok(0) => {
+                                removed[i] += 1;
+                                passed = false;
+                                break;
+                            }
+                            Ok(_) => {}
+                            Err(error) => {
+                                if rule_error.as_ref().is_none_or(|(at, _)| i < *at) {
+                                    rule_error = Some((
+                                        i,
+                                        GridError {
+                                            at: RuleOrDerived::Rule(i),
+                                            config: config_of(&values),
+                                            error,
+                                        },
+                                    ));
+                                }
+                                passed = false;
+                                break;
+                            }
+                        }
+                    }
+                    if passed {
+                        kept.push(config_of(&values));
+                    }
+                }
             }
-            report.steps.push((
-                format!("require \"{}\"", rule.expr.text),
-                before - with_derived.len(),
-            ));
+            // The next combination: the last param varies fastest.
+            for d in (0..index.len()).rev() {
+                index[d] += 1;
+                if index[d] < lists[d].len() {
+                    values[d] = &lists[d][index[d]];
+                    break;
+                }
+                index[d] = 0;
+                values[d] = &lists[d][0];
+            }
         }
-        report.kept = with_derived.len();
-        Ok((report, with_derived.into_iter().map(|(c, _)| c).collect()))
+        if let Some(e) = derived_error {
+            return Err(e);
+        }
+        if let Some((_, e)) = rule_error {
+            return Err(e);
+        }
+        let mut report = GridReport {
+            raw,
+            ..GridReport::default()
+        };
+        if !self.exclude.is_empty() {
+            report.steps.push(("[[exclude]]".into(), excluded));
+        }
+        for (rule, n) in self.require.iter().zip(removed) {
+            report
+                .steps
+                .push((format!("require \"{}\"", rule.expr.text), n));
+        }
+        report.kept = kept.len();
+        Ok((report, kept))
+    }
+}
+
+/// A combination's values by param name, then the derived params computed so far.
+#[derive(Clone, Copy)]
+struct FlatEnv<'a> {
+    names: &'a [&'a str],
+    values: &'a [&'a ParamValue],
+    derived_names: &'a [&'a str],
+    derived: &'a [i64],
+    derived_len: usize,
+}
+
+impl Env for FlatEnv<'_> {
+    fn get(&self, name: &str) -> Option<Value<'_>> {
+        if let Some(i) = self.names.iter().position(|n| *n == name) {
+            return Some(match self.values[i] {
+                ParamValue::Int(v) => Value::Int(*v),
+                ParamValue::Ident(s) => Value::Ident(s),
+            });
+        }
+        self.derived_names[..self.derived_len]
+            .iter()
+            .position(|n| *n == name)
+            .map(|i| Value::Int(self.derived[i]))
     }
 }
 

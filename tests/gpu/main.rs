@@ -42,6 +42,17 @@ extern "C" __global__ void big_smem(const float* x, float* y, int n) {
 }
 "#;
 
+// A template entry taking a struct by value (12 bytes, aligned to 4).
+const AFFINE_CU: &str = r#"
+struct Affine { float scale; float shift; int n; };
+template <int UNROLL>
+__global__ void affine(const float* x, float* y, Affine p) {
+    int base = (blockIdx.x * blockDim.x + threadIdx.x) * UNROLL;
+    for (int u = 0; u < UNROLL; ++u)
+        if (base + u < p.n) y[base + u] = x[base + u] * p.scale + p.shift;
+}
+"#;
+
 impl Fixture {
     fn build() -> Result<Fixture, String> {
         let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
@@ -63,6 +74,11 @@ impl Fixture {
         w(
             "kernels/smem/kernel.toml",
             "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n[signature]\nbig_smem = [\"ptr\", \"ptr\", \"i32\"]\n",
+        );
+        w("kernels/affine/affine.cu", AFFINE_CU);
+        w(
+            "kernels/affine/kernel.toml",
+            "name = \"affine\"\nsources = [\"affine.cu\"]\nentry = [\"affine<UNROLL>\"]\ntargets = [\"sm_90\"]\n[params]\nUNROLL = [1, 2]\n[signature]\naffine = [\"ptr\", \"ptr\", \"struct:12:4\"]\n",
         );
         w(
             "kernels/old/old.cu",
@@ -182,6 +198,73 @@ fn launch_checks_results(f: &Fixture, gpu: &Gpu) -> TestResult {
         if (y[i] - want).abs() > 1e-5 * want.abs().max(1.0) {
             return Err(format!("y[{i}] = {}, want {want}", y[i]));
         }
+    }
+    Ok(())
+}
+
+/// A template entry found by its name, with a struct passed by value.
+fn a_struct_by_value_reaches_a_template_entry(f: &Fixture, gpu: &Gpu) -> TestResult {
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use kart::runtime::{KernelArg, LaunchDims};
+    let rt = f.runtime();
+    let k = gpu
+        .kernel(&rt, "affine", &config(&[("UNROLL", 2)]))
+        .map_err(|e| e.to_string())?;
+    let n = 10_001usize;
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 48.0).collect();
+    let stream = gpu.stream();
+    let xd = stream.clone_htod(&x).map_err(|e| e.to_string())?;
+    let mut yd = stream
+        .clone_htod(&vec![f32::NAN; n])
+        .map_err(|e| e.to_string())?;
+    let mut bytes = Vec::new();
+    bytes.extend_from_slice(&3.0f32.to_le_bytes());
+    bytes.extend_from_slice(&0.5f32.to_le_bytes());
+    bytes.extend_from_slice(&(n as i32).to_le_bytes());
+    {
+        let (xp, _gx) = xd.device_ptr(&stream);
+        let (yp, _gy) = yd.device_ptr_mut(&stream);
+        let dims = LaunchDims {
+            grid: ((n as u32).div_ceil(2 * 128), 1, 1),
+            block: (128, 1, 1),
+            shared_bytes: 0,
+        };
+        k.launch(
+            "affine",
+            dims,
+            &stream,
+            &[
+                KernelArg::Ptr(xp),
+                KernelArg::Ptr(yp),
+                KernelArg::Struct(bytes.clone()),
+            ],
+        )
+        .map_err(|e| e.to_string())?;
+        // 8 bytes where 12 belong: refused before the driver.
+        if k.launch(
+            "affine",
+            dims,
+            &stream,
+            &[
+                KernelArg::Ptr(xp),
+                KernelArg::Ptr(yp),
+                KernelArg::Struct(bytes[..8].to_vec()),
+            ],
+        )
+        .is_ok()
+        {
+            return Err("a struct of the wrong size was not refused".into());
+        }
+    }
+    let y = stream.clone_dtoh(&yd).map_err(|e| e.to_string())?;
+    for i in 0..n {
+        if y[i] != x[i] * 3.0 + 0.5 {
+            return Err(format!("y[{i}] = {}, want {}", y[i], x[i] * 3.0 + 0.5));
+        }
+    }
+    let symbol = k.artifact.entries[0].symbol.clone().unwrap_or_default();
+    if !symbol.starts_with("_Z6affineILi2EEvPKfPf6Affine") {
+        return Err(format!("unexpected symbol {symbol}"));
     }
     Ok(())
 }
@@ -332,6 +415,10 @@ const TESTS: &[Test] = &[
     ),
     ("launch_checks_results", launch_checks_results),
     (
+        "a_struct_by_value_reaches_a_template_entry",
+        a_struct_by_value_reaches_a_template_entry,
+    ),
+    (
         "tma_template_entry_and_cluster_launch_from_rust",
         tma_template_entry_and_cluster_launch_from_rust,
     ),
@@ -464,6 +551,7 @@ fn python_export_launches_with_torch_and_cupy(f: &Fixture, _: &Gpu) -> TestResul
             "scale:FACTOR=2,OFFSET=1",
             "smem",
             "old",
+            "affine:UNROLL=2",
         ],
         &[],
     );

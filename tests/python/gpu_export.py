@@ -5,7 +5,8 @@
 
 The module holds the GPU fixture's `scale` (FACTOR=2, OFFSET=1; no signature: kinds
 inferred from the cubin's parameter sizes), `smem` (64 KiB of dynamic shared memory;
-signature ptr, ptr, i32) and `old` (sm_80 only). Prints one line per check and the
+signature ptr, ptr, i32), `old` (sm_80 only) and `affine` (UNROLL=2: a template entry
+taking a struct by value, signature ptr, ptr, struct:12:4). Prints one line per check and the
 times of import and first load; exits 1 on the first failure.
 """
 import importlib.util
@@ -45,6 +46,19 @@ def main(module_path):
         scale((n + 255) // 256, 256, x, y, n)
     torch.cuda.synchronize()
     print(f"     100 further launches: {(time.perf_counter() - t0) * 1e4:.1f} µs each incl. sync")
+
+    import struct
+
+    affine = mod.load("affine", UNROLL=2)  # a template entry, by its name
+    y.fill_(float("nan"))
+    affine((n + 255) // 256, 128, x, y, struct.pack("<ffi", 3.0, 0.5, n))
+    torch.cuda.synchronize()
+    check("a template entry with a struct by value (struct:12:4)", torch.equal(y, x * 3 + 0.5))
+    try:
+        affine(1, 128, x, y, struct.pack("<ff", 3.0, 0.5))
+        check("a struct of the wrong size is refused", False)
+    except TypeError as e:
+        check(f"a struct of the wrong size is refused ({e})", "12 bytes" in str(e))
 
     try:
         import cupy as cp

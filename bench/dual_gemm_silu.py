@@ -1,0 +1,116 @@
+"""The fused FP8 dual GEMM + SiLU against the team's version, in one process:
+
+    python3 bench/dual_gemm_silu.py dual_gemm_kernels.py
+
+(the module `kart export --python -o dual_gemm_kernels.py dual_gemm_silu --all-configs`
+wrote, with the tuning records). For each benchmark shape both run as CUDA graphs (the
+fused kernel through examples/python/dual_gemm/submission.py, the baseline two
+`torch._scaled_mm` and the SiLU-multiply through baseline.py), each replay timed with
+CUDA events after the L2 is flushed, median of 50, interleaved. Speed of light per shape:
+max(FLOPs / the FP8 dense peak, bytes / the bandwidth measured here with a device copy).
+Then accuracy on every test shape: worst |C - ref| / max(|ref|, 1e-2) against float64
+for both.
+"""
+import importlib.util
+import os
+import shutil
+import sys
+
+import torch
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+EXAMPLE = os.path.join(HERE, "..", "examples", "python", "dual_gemm")
+# Dense FP8 tensor-core peak of the SXM parts (NVIDIA's data sheets), TFLOP/s.
+FP8_PEAK = {"H100": 1979.0, "H200": 1979.0}
+
+
+def load(name, path):
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def bandwidth_gbs():
+    src = torch.empty(1 << 30, dtype=torch.uint8, device="cuda")
+    dst = torch.empty_like(src)
+    times = []
+    for _ in range(20):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        dst.copy_(src)
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) / 1e3)
+    times.sort()
+    return 2 * src.numel() / times[len(times) // 2] / 1e9
+
+
+def graph_of(fn, data):
+    fn(data)  # plans, tensor maps, cuBLAS's choice: outside the capture
+    torch.cuda.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        fn(data)
+    return graph
+
+
+def main(module_path):
+    shutil.copy(module_path, os.path.join(EXAMPLE, "dual_gemm_kernels.py"))
+    sys.path.insert(0, EXAMPLE)
+    from common import BENCH_SHAPES, TEST_SHAPES, make_inputs, reference, worst_error
+
+    ours = load("submission", os.path.join(EXAMPLE, "submission.py"))
+    base = load("baseline", os.path.join(EXAMPLE, "baseline.py"))
+    name = torch.cuda.get_device_name()
+    peak = next((v for k, v in FP8_PEAK.items() if k in name), None)
+    bw = bandwidth_gbs()
+    print(f"{name}, torch {torch.__version__}; device copy bandwidth {bw:.0f} GB/s; FP8 dense peak {peak} TFLOP/s")
+    generator = torch.Generator(device="cuda").manual_seed(1)
+    flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
+    print(f"{'M':>5} {'N':>5} {'K':>5}  {'fused µs':>9} {'baseline µs':>11} {'speedup':>7}  {'SOL µs':>7} "
+          f"{'fused/SOL':>9}  config")
+    ratios = []
+    for m, n, k in BENCH_SHAPES:
+        data = make_inputs(m, n, k, generator)
+        graphs = {"fused": graph_of(ours.custom_kernel, data), "baseline": graph_of(base.custom_kernel, data)}
+        times = {key: [] for key in graphs}
+        for _ in range(50):
+            for key, graph in graphs.items():
+                flush.random_(0, 255)
+                start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                start.record()
+                graph.replay()
+                end.record()
+                end.synchronize()
+                times[key].append(start.elapsed_time(end) * 1e3)
+        med = {key: sorted(v)[len(v) // 2] for key, v in times.items()}
+        flops, moved = 4.0 * m * n * k, m * k + 2 * n * k + 2 * m * n
+        sol = max(flops / (peak * 1e12) if peak else 0, moved / (bw * 1e9)) * 1e6
+        launcher = ours.kernels.best("dual_gemm_silu", M=m, N=n, K=k)
+        ratios.append(med["baseline"] / med["fused"])
+        print(f"{m:5d} {n:5d} {k:5d}  {med['fused']:9.1f} {med['baseline']:11.1f} {ratios[-1]:6.2f}x  {sol:7.1f} "
+              f"{med['fused'] / sol:8.2f}x  {ours.kernels._config_text(launcher.config)}")
+        ours._plans.clear()
+    geo = 1.0
+    for r in ratios:
+        geo *= r
+    print(f"geometric mean speedup over the baseline: {geo ** (1 / len(ratios)):.2f}x")
+
+    print("accuracy against float64: worst |C - ref| / max(|ref|, 1e-2)")
+    for m, n, k in TEST_SHAPES:
+        data = make_inputs(m, n, k, generator)
+        ref = reference(data)
+        errs = {}
+        for key, module in (("fused", ours), ("cuBLAS", base)):
+            data[6].fill_(float("nan"))
+            out = module.custom_kernel(data)
+            torch.cuda.synchronize()
+            errs[key] = worst_error(out, ref)
+        verdict = "ok" if errs["fused"] <= 2 * errs["cuBLAS"] else "WORSE than 2x cuBLAS"
+        print(f"  M={m:5d} N={n:5d} K={k:5d}: fused {errs['fused']:.2e}, cuBLAS {errs['cuBLAS']:.2e} ({verdict})")
+        ours._plans.clear()
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

@@ -1,0 +1,488 @@
+//! The fused FP8 dual GEMM + SiLU's own program (kernels/dual_gemm_silu: C =
+//! silu(A·B1ᵀ·sA·sB1) * (A·B2ᵀ·sA·sB2), e4m3 in, fp16 out, wgmma fed by TMA), run on an
+//! H100/H200 from the repository root after `kart build`:
+//!
+//!   dual_gemm_silu check   every config this GPU runs, on shapes with tails in M and N,
+//!                          against a float64 CPU reference on fresh random inputs
+//!                          (output poisoned first); passes go to kart.attest (`correct`)
+//!   dual_gemm_silu tune    the library's tuner over the benchmark and test shapes;
+//!                          winners go to kart.tune
+//!   dual_gemm_silu demo    best() per problem, a checked small run, then time and TFLOP/s
+//!
+//! Each launch passes three TMA descriptors that kart encodes (bytes, boxes of the
+//! config's BM x 128 and BN x 128 with the 128-byte swizzle) and takes its grid, block
+//! and shared memory from kernel.toml's [launch]. Exit 1 if any check fails.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use kart::manifest::{Config, Kernel, Project};
+use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
+use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
+use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
+
+type Res<T> = Result<T, Box<dyn std::error::Error>>;
+
+const KERNEL: &str = "dual_gemm_silu";
+const ENTRY: &str = "dual_gemm_silu";
+
+fn next(seed: &mut u64) -> u64 {
+    *seed ^= *seed << 13;
+    *seed ^= *seed >> 7;
+    *seed ^= *seed << 17;
+    *seed
+}
+
+/// Random e4m3 values of either sign between 2^-6 and 15 (exponent fields 1 to 10),
+/// never NaN, as bytes.
+fn random_fp8(n: usize, seed: &mut u64) -> Vec<u8> {
+    (0..n)
+        .map(|_| {
+            let r = next(seed) >> 40;
+            let sign = (r & 1) as u8;
+            let exp = (1 + (r >> 1) % 10) as u8;
+            let mant = ((r >> 8) & 7) as u8;
+            (sign << 7) | (exp << 3) | mant
+        })
+        .collect()
+}
+
+/// The value of an e4m3 byte (bias 7; exponent field 0 is subnormal).
+fn fp8_value(b: u8) -> f64 {
+    let sign = if b & 0x80 != 0 { -1.0 } else { 1.0 };
+    let exp = i32::from((b >> 3) & 0xF);
+    let mant = f64::from(b & 7);
+    sign * if exp == 0 {
+        mant / 8.0 * 2f64.powi(-6)
+    } else {
+        (1.0 + mant / 8.0) * 2f64.powi(exp - 7)
+    }
+}
+
+/// A scale in (0, 1].
+fn random_scale(seed: &mut u64) -> f32 {
+    ((next(seed) >> 40) % 1000 + 1) as f32 / 1000.0
+}
+
+fn problem(m: usize, n: usize, k: usize) -> Problem {
+    [
+        ("M".to_string(), m as i64),
+        ("N".to_string(), n as i64),
+        ("K".to_string(), k as i64),
+    ]
+    .into()
+}
+
+fn shape(p: &Problem) -> (usize, usize, usize) {
+    let g = |k: &str| p.get(k).copied().unwrap_or(1) as usize;
+    (g("M"), g("N"), g("K"))
+}
+
+/// Device buffers of one problem: A (M x K), B1 and B2 (N x K) e4m3, the three scales,
+/// C (M x N) fp16.
+struct Buffers {
+    a: CudaSlice<u8>,
+    b1: CudaSlice<u8>,
+    b2: CudaSlice<u8>,
+    scales: CudaSlice<f32>,
+    c: CudaSlice<u16>,
+}
+
+impl Buffers {
+    fn new(
+        stream: &Arc<CudaStream>,
+        (m, n, k): (usize, usize, usize),
+        seed: &mut u64,
+    ) -> Res<(Buffers, Inputs)> {
+        let inputs = Inputs {
+            a: random_fp8(m * k, seed),
+            b1: random_fp8(n * k, seed),
+            b2: random_fp8(n * k, seed),
+            scales: [random_scale(seed), random_scale(seed), random_scale(seed)],
+        };
+        let bufs = Buffers {
+            a: stream.clone_htod(&inputs.a)?,
+            b1: stream.clone_htod(&inputs.b1)?,
+            b2: stream.clone_htod(&inputs.b2)?,
+            scales: stream.clone_htod(&inputs.scales)?,
+            // Poisoned: an element the kernel never writes reads back as NaN.
+            c: stream.clone_htod(&vec![0x7E00u16; m * n])?,
+        };
+        Ok((bufs, inputs))
+    }
+}
+
+/// The host copy of a problem's inputs.
+struct Inputs {
+    a: Vec<u8>,
+    b1: Vec<u8>,
+    b2: Vec<u8>,
+    scales: [f32; 3],
+}
+
+fn param(config: &Config, name: &str) -> u32 {
+    match config.0.get(name) {
+        Some(kart::manifest::ParamValue::Int(v)) => *v as u32,
+        _ => 0,
+    }
+}
+
+fn launch(
+    loaded: &LoadedArtifact,
+    stream: &CudaStream,
+    bufs: &mut Buffers,
+    p: &Problem,
+) -> kart::Result<()> {
+    let (m, n, k) = shape(p);
+    let cfg = &loaded.artifact.config;
+    let (bm, bn) = (param(cfg, "BM"), param(cfg, "BN"));
+    let (a, _a) = bufs.a.device_ptr(stream);
+    let (b1, _b1) = bufs.b1.device_ptr(stream);
+    let (b2, _b2) = bufs.b2.device_ptr(stream);
+    let (s, _s) = bufs.scales.device_ptr(stream);
+    let (c, _c) = bufs.c.device_ptr_mut(stream);
+    let k64 = k as u64;
+    let map = |ptr: u64, rows: usize, tile_rows: u32| {
+        TensorMap::tiled(
+            TmaType::U8,
+            ptr,
+            &[rows as u64, k64],
+            &[k64, 1],
+            &[tile_rows, 128],
+            Swizzle::B128,
+        )
+    };
+    loaded.launch_problem(
+        ENTRY,
+        p,
+        stream,
+        &[
+            KernelArg::TensorMap(map(a, m, bm)?),
+            KernelArg::TensorMap(map(b1, n, bn)?),
+            KernelArg::TensorMap(map(b2, n, bn)?),
+            KernelArg::Ptr(s),
+            KernelArg::Ptr(s + 4),
+            KernelArg::Ptr(s + 8),
+            KernelArg::Ptr(c),
+            KernelArg::I32(m as i32),
+            KernelArg::I32(n as i32),
+            KernelArg::I32(k as i32),
+        ],
+    )
+}
+
+/// Runs `loaded` on fresh inputs of (m, n, k) and compares with float64 on the CPU:
+/// the worst |C − ref| / max(|ref|, 1e-2) over the elements whose reference fits in
+/// fp16, or why it failed.
+fn check_once(
+    gpu: &Gpu,
+    loaded: &LoadedArtifact,
+    (m, n, k): (usize, usize, usize),
+    seed: &mut u64,
+) -> Res<Result<f64, String>> {
+    let stream = gpu.stream();
+    let (mut bufs, inputs) = Buffers::new(&stream, (m, n, k), seed)?;
+    launch(loaded, &stream, &mut bufs, &problem(m, n, k))?;
+    let out = stream.clone_dtoh(&bufs.c)?;
+    let value = |v: &[u8]| v.iter().map(|b| fp8_value(*b)).collect::<Vec<f64>>();
+    let (a, b1, b2) = (value(&inputs.a), value(&inputs.b1), value(&inputs.b2));
+    let [sa, sb1, sb2] = inputs.scales.map(f64::from);
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+    let mut worst = 0f64;
+    for i in 0..m {
+        let row = &a[i * k..(i + 1) * k];
+        for j in 0..n {
+            let r1 = dot(row, &b1[j * k..(j + 1) * k]) * sa * sb1;
+            let r2 = dot(row, &b2[j * k..(j + 1) * k]) * sa * sb2;
+            let want = r1 / (1.0 + (-r1).exp()) * r2;
+            if want.abs() > 65000.0 {
+                continue; // beyond fp16
+            }
+            let got = f64::from(half::f16::from_bits(out[i * n + j]).to_f32());
+            if !got.is_finite() {
+                return Ok(Err(format!(
+                    "C[{i}][{j}] is {got} (never written, or NaN); want {want}"
+                )));
+            }
+            worst = worst.max((got - want).abs() / want.abs().max(1e-2));
+        }
+    }
+    Ok(if worst < 5e-3 {
+        Ok(worst)
+    } else {
+        Err(format!("worst relative error {worst:.2e}"))
+    })
+}
+
+fn configs_for(rt: &Runtime, gpu: &Gpu) -> Vec<Config> {
+    let mut configs: Vec<Config> = rt
+        .lock()
+        .artifacts
+        .iter()
+        .filter(|a| a.kernel == KERNEL)
+        .filter(|a| {
+            kart::tune::artifact_for(rt.lock(), KERNEL, &a.config, gpu.capability).is_some()
+        })
+        .map(|a| a.config.clone())
+        .collect();
+    configs.sort();
+    configs.dedup();
+    configs
+}
+
+/// Shapes with tails in M, N and K (K a multiple of 16: TMA's 16-byte rows), and one
+/// of whole tiles.
+const CHECK_SHAPES: [(usize, usize, usize); 4] =
+    [(1, 1, 16), (67, 45, 48), (256, 256, 512), (333, 129, 1040)];
+
+fn check(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
+    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
+    let mut passed = Vec::new();
+    let mut failed = 0;
+    println!(
+        "correctness against float64 on the CPU, shapes (M, N, K) {CHECK_SHAPES:?}, worst |C - ref| / max(|ref|, 1e-2) below 5e-3"
+    );
+    for config in configs_for(rt, gpu) {
+        let loaded = gpu.kernel(rt, KERNEL, &config)?;
+        let mut worst = 0f64;
+        let mut failure = None;
+        for s in CHECK_SHAPES {
+            match check_once(gpu, &loaded, s, &mut seed) {
+                Ok(Ok(rel)) => worst = worst.max(rel),
+                Ok(Err(why)) => failure = Some(format!("{s:?}: {why}")),
+                Err(e) => failure = Some(format!("{s:?}: {e}")),
+            }
+            if failure.is_some() {
+                break;
+            }
+        }
+        match failure {
+            None => {
+                println!("  ok    {config}  worst {worst:.2e}");
+                passed.push(loaded.artifact.clone());
+            }
+            Some(why) => {
+                failed += 1;
+                println!("  FAIL  {config}  {why}");
+            }
+        }
+    }
+    kart::attest::record_all(
+        Path::new("."),
+        rt.lock(),
+        gpu,
+        &passed,
+        kart::attest::Check::Correct,
+    )?;
+    println!(
+        "{} configs correct, {failed} failed on {}; recorded in kart.attest",
+        passed.len(),
+        gpu.name
+    );
+    Ok(failed == 0)
+}
+
+/// Inputs rotated over several sets per problem so timed runs do not hit L2.
+struct Bench<'a> {
+    gpu: &'a Gpu,
+    stream: Arc<CudaStream>,
+    sets: Vec<Buffers>,
+    shape: (usize, usize, usize),
+    seed: u64,
+}
+
+impl Bench<'_> {
+    fn prepare(&mut self, p: &Problem) -> Res<()> {
+        let (m, n, k) = shape(p);
+        if self.shape == (m, n, k) && !self.sets.is_empty() {
+            return Ok(());
+        }
+        self.sets.clear();
+        let bytes = m * k + 2 * k * n + m * n * 2;
+        // Enough sets that together they are well over the L2 (50-60 MB on Hopper).
+        let sets = (256_000_000 / bytes).clamp(1, 8);
+        for _ in 0..sets {
+            let (bufs, _) = Buffers::new(&self.stream, (m, n, k), &mut self.seed)?;
+            self.sets.push(bufs);
+        }
+        self.shape = (m, n, k);
+        Ok(())
+    }
+}
+
+impl TuneBench for Bench<'_> {
+    fn check(
+        &mut self,
+        loaded: &LoadedArtifact,
+        _: &Config,
+        _: &Problem,
+    ) -> kart::Result<Result<(), String>> {
+        // A shape with tails, small enough for the CPU reference; never timed if wrong.
+        match check_once(self.gpu, loaded, (67, 45, 272), &mut self.seed) {
+            Ok(r) => Ok(r.map(|_| ())),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+
+    fn launch(
+        &mut self,
+        loaded: &LoadedArtifact,
+        _: &Config,
+        p: &Problem,
+        rotation: usize,
+    ) -> kart::Result<()> {
+        self.prepare(p).map_err(|e| kart::Error::CheckFailed {
+            message: e.to_string(),
+            hint: None,
+        })?;
+        let n = self.sets.len();
+        let stream = self.gpu.stream();
+        launch(loaded, &stream, &mut self.sets[rotation % n], p)
+    }
+}
+
+fn problems() -> Vec<Problem> {
+    // The benchmark shapes, then the test shapes.
+    [
+        (256, 4096, 7168),
+        (512, 4096, 7168),
+        (256, 3072, 4096),
+        (512, 3072, 7168),
+        (256, 512, 256),
+        (1536, 512, 7168),
+        (3072, 1024, 1536),
+        (7168, 1024, 256),
+        (4608, 384, 7168),
+        (512, 768, 7168),
+        (4096, 768, 512),
+    ]
+    .into_iter()
+    .map(|(m, n, k)| problem(m, n, k))
+    .collect()
+}
+
+fn tflops(p: &Problem, us: f64) -> f64 {
+    let (m, n, k) = shape(p);
+    4.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
+}
+
+fn bench<'a>(gpu: &'a Gpu, seed: u64) -> Bench<'a> {
+    Bench {
+        gpu,
+        stream: gpu.stream(),
+        sets: Vec::new(),
+        shape: (0, 0, 0),
+        seed,
+    }
+}
+
+fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
+    let mut bench = bench(gpu, 42);
+    let mut records = Vec::new();
+    for problem in problems() {
+        let (trials, record) = kart::tune::tune_problem(
+            rt,
+            gpu,
+            kernel,
+            &problem,
+            TuneSettings::default(),
+            &mut bench,
+        )?;
+        let mut timed: Vec<(f64, &Config)> = trials
+            .iter()
+            .filter_map(|t| t.result.as_ref().ok().map(|us| (*us, &t.config)))
+            .collect();
+        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let wrong = trials.iter().filter(|t| t.result.is_err()).count();
+        println!(
+            "problem {problem:?}: {} configs timed, {wrong} not (wrong or failed); the five fastest and the slowest:",
+            timed.len()
+        );
+        for (us, config) in timed.iter().take(5).chain(timed.last()) {
+            println!(
+                "  {us:>10.1} µs  {:>6.2} TFLOP/s  {config}",
+                tflops(&problem, *us)
+            );
+        }
+        if let Some(r) = record {
+            println!(
+                "  best: {} ({:.1} µs, {:.2} TFLOP/s)",
+                r.config,
+                r.median_us,
+                tflops(&problem, r.median_us)
+            );
+            records.push(r);
+        }
+    }
+    kart::tune::save_records(Path::new("."), records)?;
+    println!("kart.tune written");
+    Ok(())
+}
+
+fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
+    let path = Path::new(kart::tune::TUNE_FILE);
+    let tune = TuneFile::read(path, path)?;
+    let mut bench = bench(gpu, 7);
+    let mut ok = true;
+    for problem in problems().into_iter().chain([problem(300, 1000, 2048)]) {
+        let t0 = std::time::Instant::now();
+        let (config, source) = kart::tune::best(
+            &tune,
+            rt.lock(),
+            kernel,
+            &gpu.name,
+            gpu.capability,
+            &problem,
+        )?;
+        let lookup = t0.elapsed();
+        let loaded = gpu.kernel(rt, KERNEL, &config)?;
+        let correct = check_once(gpu, &loaded, (333, 129, 1040), &mut bench.seed)?;
+        ok &= correct.is_ok();
+        let us = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
+            bench.launch(&loaded, &config, &problem, i)
+        })?;
+        println!(
+            "{problem:?}: best() {:.1} µs -> {config} ({source:?}); check {}; {us:.1} µs, {:.2} TFLOP/s",
+            lookup.as_secs_f64() * 1e6,
+            match &correct {
+                Ok(rel) => format!("ok ({rel:.1e})"),
+                Err(why) => format!("FAILED ({why})"),
+            },
+            tflops(&problem, us)
+        );
+    }
+    Ok(ok)
+}
+
+fn main() -> Res<()> {
+    let command = std::env::args().nth(1).unwrap_or_default();
+    let project = Project::discover(Path::new("."))?;
+    let kernel = project.kernel(KERNEL)?.clone();
+    let rt = Runtime::open(Path::new("."))?;
+    let gpu = Gpu::open(0)?;
+    println!(
+        "{} (compute capability {}), kart {}",
+        gpu.name,
+        gpu.capability,
+        env!("CARGO_PKG_VERSION")
+    );
+    let ok = match command.as_str() {
+        "check" => check(&rt, &gpu)?,
+        "tune" => {
+            tune(&rt, &gpu, &kernel)?;
+            true
+        }
+        "demo" => demo(&rt, &gpu, &kernel)?,
+        _ => {
+            eprintln!(
+                "usage: dual_gemm_silu check|tune|demo (from the repository root, after `kart build`)"
+            );
+            std::process::exit(2);
+        }
+    };
+    if !ok {
+        std::process::exit(1);
+    }
+    Ok(())
+}

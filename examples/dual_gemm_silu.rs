@@ -173,8 +173,10 @@ fn launch(
 }
 
 /// Runs `loaded` on fresh inputs of (m, n, k) and compares with float64 on the CPU:
-/// the worst |C − ref| / max(|ref|, 1e-2) over the elements whose reference fits in
-/// fp16, or why it failed.
+/// the worst |C − ref| over the largest |ref| (elements whose reference fits in fp16),
+/// or why it failed. Elementwise relative errors are no test here: where A·B2ᵀ nearly
+/// cancels, fp32 accumulation of products spanning 2^-12 to 2^6 is off by more than
+/// the tiny result, for any kernel.
 fn check_once(
     gpu: &Gpu,
     loaded: &LoadedArtifact,
@@ -189,7 +191,7 @@ fn check_once(
     let (a, b1, b2) = (value(&inputs.a), value(&inputs.b1), value(&inputs.b2));
     let [sa, sb1, sb2] = inputs.scales.map(f64::from);
     let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
-    let mut worst = 0f64;
+    let (mut worst, mut largest) = (0f64, 0f64);
     for i in 0..m {
         let row = &a[i * k..(i + 1) * k];
         for j in 0..n {
@@ -205,13 +207,17 @@ fn check_once(
                     "C[{i}][{j}] is {got} (never written, or NaN); want {want}"
                 )));
             }
-            worst = worst.max((got - want).abs() / want.abs().max(1e-2));
+            worst = worst.max((got - want).abs());
+            largest = largest.max(want.abs());
         }
     }
-    Ok(if worst < 5e-3 {
-        Ok(worst)
+    let scaled = worst / largest.max(1e-30);
+    Ok(if scaled < 2e-3 {
+        Ok(scaled)
     } else {
-        Err(format!("worst relative error {worst:.2e}"))
+        Err(format!(
+            "worst error {worst:.3e} is {scaled:.2e} of the largest |C| ({largest:.3e})"
+        ))
     })
 }
 
@@ -241,7 +247,7 @@ fn check(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
     let mut passed = Vec::new();
     let mut failed = 0;
     println!(
-        "correctness against float64 on the CPU, shapes (M, N, K) {CHECK_SHAPES:?}, worst |C - ref| / max(|ref|, 1e-2) below 5e-3"
+        "correctness against float64 on the CPU, shapes (M, N, K) {CHECK_SHAPES:?}, worst |C - ref| / max |ref| below 2e-3"
     );
     for config in configs_for(rt, gpu) {
         let loaded = gpu.kernel(rt, KERNEL, &config)?;

@@ -531,7 +531,11 @@ fn smoke_all_attests_every_loadable_cubin_and_survives_a_crash(
     }
     let (code, ls) = run_kart(f.dir.path(), &["ls"], &[]);
     let short = gpu.name.strip_prefix("NVIDIA ").unwrap_or(&gpu.name);
-    let attested_rows = ls.lines().filter(|l| l.ends_with(short)).count();
+    // ATTESTED ends the line, or precedes ENTRIES (shown for template entries).
+    let attested_rows = ls
+        .lines()
+        .filter(|l| l.ends_with(short) || l.contains(&format!(" {short}  ")))
+        .count();
     let sm80_rows = ls.lines().filter(|l| l.contains(" sm_80 ")).count();
     if code != 0 || attested_rows < loadable.len() || sm80_rows == 0 {
         return Err(format!("kart ls does not show the attestations:\n{ls}"));

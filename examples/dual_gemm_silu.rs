@@ -211,7 +211,8 @@ fn check_once(
             largest = largest.max(want.abs());
         }
     }
-    let scaled = worst / largest.max(1e-30);
+    // Outputs below 1 are judged on an absolute scale (fp16 holds them to about 1e-3).
+    let scaled = worst / largest.max(1.0);
     Ok(if scaled < 2e-3 {
         Ok(scaled)
     } else {
@@ -237,10 +238,15 @@ fn configs_for(rt: &Runtime, gpu: &Gpu) -> Vec<Config> {
     configs
 }
 
-/// Shapes with tails in M, N and K (K a multiple of 16: TMA's 16-byte rows), and one
-/// of whole tiles.
-const CHECK_SHAPES: [(usize, usize, usize); 4] =
-    [(1, 1, 16), (67, 45, 48), (256, 256, 512), (333, 129, 1040)];
+/// Shapes with tails in M, N and K (K a multiple of 16: TMA's 16-byte rows), one of
+/// whole tiles, and one with the long K of the benchmark.
+const CHECK_SHAPES: [(usize, usize, usize); 5] = [
+    (1, 1, 16),
+    (67, 45, 48),
+    (256, 256, 512),
+    (333, 129, 1040),
+    (64, 64, 7168),
+];
 
 fn check(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
@@ -325,7 +331,9 @@ impl TuneBench for Bench<'_> {
         _: &Problem,
     ) -> kart::Result<Result<(), String>> {
         // A shape with tails, small enough for the CPU reference; never timed if wrong.
-        match check_once(self.gpu, loaded, (67, 45, 272), &mut self.seed) {
+        // A long K: the accumulation's precision shows there (FP8 wgmma keeps fewer bits
+        // than fp32), so a config that loses it is never timed.
+        match check_once(self.gpu, loaded, (67, 45, 7168), &mut self.seed) {
             Ok(r) => Ok(r.map(|_| ())),
             Err(e) => Ok(Err(e.to_string())),
         }

@@ -96,7 +96,7 @@ def main(module_path):
         check(f"an sm_80-only kernel on this GPU is refused: {e}", "sm_80" in str(e))
 
     loaded = mod.preload()
-    check(f"preload loads every entry that fits this GPU ({loaded}: scale, fill, big_smem)", loaded == 3)
+    check(f"preload loads every entry that fits this GPU ({loaded}: scale, fill, big_smem, affine)", loaded == 4)
     print("all GPU checks passed")
 
 

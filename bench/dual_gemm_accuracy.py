@@ -1,0 +1,45 @@
+"""Accuracy of every config of the fused FP8 dual GEMM + SiLU on the long-K shapes,
+against float64 and cuBLAS on the same inputs (what promotion into fp32 buys):
+
+    python3 bench/dual_gemm_accuracy.py dual_gemm_kernels.py
+"""
+import importlib.util
+import os
+import sys
+
+import torch
+
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python", "dual_gemm")
+
+
+def main(module_path):
+    sys.path.insert(0, EXAMPLE)
+    from common import make_inputs, reference, scaled_error, worst_error
+
+    spec = importlib.util.spec_from_file_location("kernels", module_path)
+    kernels = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(kernels)
+    spec = importlib.util.spec_from_file_location("baseline", os.path.join(EXAMPLE, "baseline.py"))
+    base = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(base)
+    generator = torch.Generator(device="cuda").manual_seed(5)
+    print(torch.cuda.get_device_name(), "| error: worst |C - ref| / max(|ref|, 1e-2), and / max |ref|")
+    for m, n, k in [(1536, 512, 7168), (512, 768, 7168), (3072, 1024, 1536)]:
+        data = make_inputs(m, n, k, generator)
+        ref = reference(data)
+        base.custom_kernel(data)
+        torch.cuda.synchronize()
+        print(f"M={m} N={n} K={k}: cuBLAS {worst_error(data[6], ref):.2e} ({scaled_error(data[6], ref):.1e})")
+        for config in kernels.kernels()["dual_gemm_silu"]:
+            launcher = kernels.load("dual_gemm_silu", **config)
+            a, b1, b2, sa, sb1, sb2, c = data
+            c.fill_(float("nan"))
+            maps = [kernels.tensor_map(t, tile=(config[side], 128), swizzle=128)
+                    for t, side in ((a, "BM"), (b1, "BN"), (b2, "BN"))]
+            launcher.launch(*maps, sa, sb1, sb2, c, m, n, k, problem=dict(M=m, N=n, K=k))
+            torch.cuda.synchronize()
+            print(f"  {kernels._config_text(config):40s} {worst_error(c, ref):.2e} ({scaled_error(c, ref):.1e})")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1])

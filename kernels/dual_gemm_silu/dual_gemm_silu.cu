@@ -9,7 +9,8 @@
 // read once for both. Hopper's FP8 tensor cores accumulate with fewer bits than fp32:
 // with PROMOTE > 0 each product accumulates in wgmma registers for PROMOTE k-tiles of
 // 128, then is added into fp32 registers (the accuracy of long K); PROMOTE = 0 keeps
-// one accumulator per product. The epilogue scales, applies SiLU and the product in
+// one accumulator per product. Within a window, a k-tile's wgmma batch runs while the
+// next one is issued. The epilogue scales, applies SiLU and the product in
 // fp32 and stores fp16, rows and columns past M and N masked (TMA reads them as 0).
 #include <cuda.h>
 #include <cuda_fp16.h>
@@ -100,6 +101,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   Tensor part1 = thr.partition_fragment_C(gTile);
   Tensor part2 = thr.partition_fragment_C(gTile);
 
+  // One batch of wgmma per k-tile. A batch may still run while the next is issued
+  // (they chain on the same registers); the stage it read is handed back once it is
+  // done. At the end of a promotion window every batch must be done before the
+  // window's sums are added into fp32 and the next window starts from zero.
+  int pending = -1;  // the stage of the previous k-tile, not yet handed back
+  auto release = [&](int stage) {
+    if (threadIdx.x % 128 == 0) Barrier::arrive(&empty[stage]);
+  };
   for (int t = 0; t < tiles; ++t) {
     const int s = t % STAGES;
     Barrier::wait(&full[s], (t / STAGES) & 1);
@@ -120,21 +129,32 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       gemm(mma, tCrA(_, _, kb), tCrB2(_, _, kb), d2);
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(d1);
-    warpgroup_fence_operand(d2);
-    // The stage is read: one thread per consumer warpgroup hands it back.
-    if (threadIdx.x % 128 == 0) Barrier::arrive(&empty[s]);
-    if constexpr (PROMOTE > 0) {
-      if ((t + 1) % PROMOTE == 0 || t + 1 == tiles) {
+    const bool window_end = PROMOTE > 0 && ((t + 1) % (PROMOTE > 0 ? PROMOTE : 1) == 0 || t + 1 == tiles);
+    if (window_end) {
+      warpgroup_wait<0>();
+      warpgroup_fence_operand(d1);
+      warpgroup_fence_operand(d2);
+      if (pending >= 0) release(pending);
+      release(s);
+      pending = -1;
+      if constexpr (PROMOTE > 0) {
         CUTE_UNROLL
         for (int i = 0; i < size(acc1); ++i) {
           acc1(i) += part1(i);
           acc2(i) += part2(i);
         }
       }
+    } else {
+      warpgroup_wait<1>();  // the previous k-tile's batch is done
+      warpgroup_fence_operand(d1);
+      warpgroup_fence_operand(d2);
+      if (pending >= 0) release(pending);
+      pending = s;
     }
   }
+  warpgroup_wait<0>();
+  warpgroup_fence_operand(acc1);
+  warpgroup_fence_operand(acc2);
 
   const float s1 = scale_a[0] * scale_b1[0], s2 = scale_a[0] * scale_b2[0];
   Tensor tCgC = thr.partition_C(gTile);

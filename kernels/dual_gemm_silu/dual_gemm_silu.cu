@@ -26,8 +26,11 @@
 
 using namespace cute;
 
+// With one consumer warpgroup, two blocks share an SM (their k-loops drift apart, so one
+// block's wgmma runs while the other drains and promotes): 128 registers per thread at
+// entry, then 40 for the producer and 216 for the consumer, two blocks in 64 K.
 template <int BM, int BN, int STAGES, int CONSUMERS, int PROMOTE>
-__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     dual_gemm_silu(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b1,
                    const __grid_constant__ CUtensorMap tma_b2, const float *scale_a, const float *scale_b1,
                    const float *scale_b2, __half *c, int m, int n, int k) {
@@ -73,7 +76,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     }
     return;
   }
-  cutlass::arch::warpgroup_reg_alloc<CONSUMERS == 1 ? 232 : 216>();
+  cutlass::arch::warpgroup_reg_alloc<216>();
 
   // This consumer's 64 rows of the A ring; both B rings whole.
   const int row0 = (warpgroup - 1) * 64;

@@ -13,18 +13,18 @@
 //! config's BM x 128 and BN x 128 with the 128-byte swizzle) and takes its grid, block
 //! and shared memory from kernel.toml's [launch]. Exit 1 if any check fails.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use kart::manifest::{Config, Kernel, Project};
+use kart::manifest::Config;
 use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
-use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
-use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
+use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
+use kart::tune::{Problem, TuneBench};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "common/gemm_program.rs"]
+mod program;
+use program::{Gemm, Res, Shape, param, problem, shape};
 
-const KERNEL: &str = "dual_gemm_silu";
 const ENTRY: &str = "dual_gemm_silu";
 
 fn next(seed: &mut u64) -> u64 {
@@ -87,20 +87,6 @@ fn random_scale(seed: &mut u64) -> f32 {
     ((next(seed) >> 40) % 1000 + 1) as f32 / 1000.0
 }
 
-fn problem(m: usize, n: usize, k: usize) -> Problem {
-    [
-        ("M".to_string(), m as i64),
-        ("N".to_string(), n as i64),
-        ("K".to_string(), k as i64),
-    ]
-    .into()
-}
-
-fn shape(p: &Problem) -> (usize, usize, usize) {
-    let g = |k: &str| p.get(k).copied().unwrap_or(1) as usize;
-    (g("M"), g("N"), g("K"))
-}
-
 /// Device buffers of one problem: A (M x K), B1 and B2 (N x K) e4m3, the three scales,
 /// C (M x N) fp16.
 struct Buffers {
@@ -141,13 +127,6 @@ struct Inputs {
     b1: Vec<u8>,
     b2: Vec<u8>,
     scales: [f32; 3],
-}
-
-fn param(config: &Config, name: &str) -> u32 {
-    match config.0.get(name) {
-        Some(kart::manifest::ParamValue::Int(v)) => *v as u32,
-        _ => 0,
-    }
 }
 
 fn launch(
@@ -243,79 +222,6 @@ fn check_once(
     })
 }
 
-fn configs_for(rt: &Runtime, gpu: &Gpu) -> Vec<Config> {
-    let mut configs: Vec<Config> = rt
-        .lock()
-        .artifacts
-        .iter()
-        .filter(|a| a.kernel == KERNEL)
-        .filter(|a| {
-            kart::tune::artifact_for(rt.lock(), KERNEL, &a.config, gpu.capability).is_some()
-        })
-        .map(|a| a.config.clone())
-        .collect();
-    configs.sort();
-    configs.dedup();
-    configs
-}
-
-/// Shapes with tails in M, N and K (K a multiple of 16: TMA's 16-byte rows), one of
-/// whole tiles, and one with the long K of the benchmark.
-const CHECK_SHAPES: [(usize, usize, usize); 5] = [
-    (1, 1, 16),
-    (67, 45, 48),
-    (256, 256, 512),
-    (333, 129, 1040),
-    (64, 64, 7168),
-];
-
-fn check(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut passed = Vec::new();
-    let mut failed = 0;
-    println!(
-        "correctness against float64 on the CPU, shapes (M, N, K) {CHECK_SHAPES:?}, worst |C - ref| / max |ref| below 2e-3"
-    );
-    for config in configs_for(rt, gpu) {
-        let loaded = gpu.kernel(rt, KERNEL, &config)?;
-        let mut worst = 0f64;
-        let mut failure = None;
-        for s in CHECK_SHAPES {
-            match check_once(gpu, &loaded, s, &mut seed) {
-                Ok(Ok(rel)) => worst = worst.max(rel),
-                Ok(Err(why)) => failure = Some(format!("{s:?}: {why}")),
-                Err(e) => failure = Some(format!("{s:?}: {e}")),
-            }
-            if failure.is_some() {
-                break;
-            }
-        }
-        match failure {
-            None => {
-                println!("  ok    {config}  worst {worst:.2e}");
-                passed.push(loaded.artifact.clone());
-            }
-            Some(why) => {
-                failed += 1;
-                println!("  FAIL  {config}  {why}");
-            }
-        }
-    }
-    kart::attest::record_all(
-        Path::new("."),
-        rt.lock(),
-        gpu,
-        &passed,
-        kart::attest::Check::Correct,
-    )?;
-    println!(
-        "{} configs correct, {failed} failed on {}; recorded in kart.attest",
-        passed.len(),
-        gpu.name
-    );
-    Ok(failed == 0)
-}
-
 /// Inputs rotated over several sets per problem so timed runs do not hit L2.
 struct Bench<'a> {
     gpu: &'a Gpu,
@@ -377,151 +283,6 @@ impl TuneBench for Bench<'_> {
     }
 }
 
-fn problems() -> Vec<Problem> {
-    // The benchmark shapes, then the test shapes.
-    [
-        (256, 4096, 7168),
-        (512, 4096, 7168),
-        (256, 3072, 4096),
-        (512, 3072, 7168),
-        (256, 512, 256),
-        (1536, 512, 7168),
-        (3072, 1024, 1536),
-        (7168, 1024, 256),
-        (4608, 384, 7168),
-        (512, 768, 7168),
-        (4096, 768, 512),
-    ]
-    .into_iter()
-    .map(|(m, n, k)| problem(m, n, k))
-    .collect()
-}
-
-fn tflops(p: &Problem, us: f64) -> f64 {
-    let (m, n, k) = shape(p);
-    4.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
-}
-
-fn bench<'a>(gpu: &'a Gpu, seed: u64) -> Bench<'a> {
-    Bench {
-        gpu,
-        stream: gpu.stream(),
-        sets: Vec::new(),
-        shape: (0, 0, 0),
-        seed,
-    }
-}
-
-fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
-    let mut bench = bench(gpu, 42);
-    let mut records = Vec::new();
-    for problem in problems() {
-        let (trials, record) = kart::tune::tune_problem(
-            rt,
-            gpu,
-            kernel,
-            &problem,
-            TuneSettings::default(),
-            &mut bench,
-        )?;
-        let mut timed: Vec<(f64, &Config)> = trials
-            .iter()
-            .filter_map(|t| t.result.as_ref().ok().map(|us| (*us, &t.config)))
-            .collect();
-        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let wrong = trials.iter().filter(|t| t.result.is_err()).count();
-        println!(
-            "problem {problem:?}: {} configs timed, {wrong} not (wrong or failed); the five fastest and the slowest:",
-            timed.len()
-        );
-        for (us, config) in timed.iter().take(5).chain(timed.last()) {
-            println!(
-                "  {us:>10.1} µs  {:>6.2} TFLOP/s  {config}",
-                tflops(&problem, *us)
-            );
-        }
-        if let Some(r) = record {
-            println!(
-                "  best: {} ({:.1} µs, {:.2} TFLOP/s)",
-                r.config,
-                r.median_us,
-                tflops(&problem, r.median_us)
-            );
-            records.push(r);
-        }
-    }
-    kart::tune::save_records(Path::new("."), records)?;
-    println!("kart.tune written");
-    Ok(())
-}
-
-fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
-    let path = Path::new(kart::tune::TUNE_FILE);
-    let tune = TuneFile::read(path, path)?;
-    let mut bench = bench(gpu, 7);
-    let mut ok = true;
-    for problem in problems().into_iter().chain([problem(300, 1000, 2048)]) {
-        let t0 = std::time::Instant::now();
-        let (config, source) = kart::tune::best(
-            &tune,
-            rt.lock(),
-            kernel,
-            &gpu.name,
-            gpu.capability,
-            &problem,
-        )?;
-        let lookup = t0.elapsed();
-        let loaded = gpu.kernel(rt, KERNEL, &config)?;
-        let correct = check_once(gpu, &loaded, (333, 129, 1040), &mut bench.seed)?;
-        ok &= correct.is_ok();
-        let us = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
-            bench.launch(&loaded, &config, &problem, i)
-        })?;
-        println!(
-            "{problem:?}: best() {:.1} µs -> {config} ({source:?}); check {}; {us:.1} µs, {:.2} TFLOP/s",
-            lookup.as_secs_f64() * 1e6,
-            match &correct {
-                Ok(rel) => format!("ok ({rel:.1e})"),
-                Err(why) => format!("FAILED ({why})"),
-            },
-            tflops(&problem, us)
-        );
-    }
-    Ok(ok)
-}
-
-fn main() -> Res<()> {
-    let command = std::env::args().nth(1).unwrap_or_default();
-    let project = Project::discover(Path::new("."))?;
-    let kernel = project.kernel(KERNEL)?.clone();
-    let rt = Runtime::open(Path::new("."))?;
-    let gpu = Gpu::open(0)?;
-    println!(
-        "{} (compute capability {}), kart {}",
-        gpu.name,
-        gpu.capability,
-        env!("CARGO_PKG_VERSION")
-    );
-    let ok = match command.as_str() {
-        "check" => check(&rt, &gpu)?,
-        "tune" => {
-            tune(&rt, &gpu, &kernel)?;
-            true
-        }
-        "demo" => demo(&rt, &gpu, &kernel)?,
-        _ => {
-            eprintln!(
-                "usage: dual_gemm_silu check|tune|demo (from the repository root, after `kart build`)"
-            );
-            std::process::exit(2);
-        }
-    };
-    if !ok {
-        std::process::exit(1);
-    }
-    Ok(())
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -544,4 +305,74 @@ mod tests {
         assert_eq!(fp8_value(to_fp8(1.0625)), 1.0); // a tie, to even
         assert_eq!(fp8_value(to_fp8(1.1875)), 1.25); // a tie, to even
     }
+}
+
+/// Check shapes with tails in M, N and K (K a multiple of 16: TMA's 16-byte rows), one
+/// of whole tiles, and one with the long K of the benchmark.
+struct DualGemmSilu;
+
+impl Gemm for DualGemmSilu {
+    type Bench<'a> = Bench<'a>;
+    const KERNEL: &'static str = "dual_gemm_silu";
+    const CHECK_SHAPES: &'static [Shape] = &[
+        (1, 1, 16),
+        (67, 45, 48),
+        (256, 256, 512),
+        (333, 129, 1040),
+        (64, 64, 7168),
+    ];
+    const CHECK_RULE: &'static str = "worst |C - ref| / max |ref| below 2e-3";
+    const DEMO_CHECK: Shape = (333, 129, 1040);
+    const FLOPS_PER_MAC: f64 = 4.0;
+
+    fn check_once(
+        gpu: &Gpu,
+        loaded: &LoadedArtifact,
+        shape: Shape,
+        seed: &mut u64,
+    ) -> Res<Result<f64, String>> {
+        check_once(gpu, loaded, shape, seed)
+    }
+
+    fn bench(gpu: &Gpu, seed: u64) -> Bench<'_> {
+        Bench {
+            gpu,
+            stream: gpu.stream(),
+            sets: Vec::new(),
+            shape: (0, 0, 0),
+            seed,
+        }
+    }
+
+    fn seed<'b>(bench: &'b mut Bench<'_>) -> &'b mut u64 {
+        &mut bench.seed
+    }
+
+    fn problems() -> Vec<Problem> {
+        // The benchmark shapes, then the test shapes.
+        [
+            (256, 4096, 7168),
+            (512, 4096, 7168),
+            (256, 3072, 4096),
+            (512, 3072, 7168),
+            (256, 512, 256),
+            (1536, 512, 7168),
+            (3072, 1024, 1536),
+            (7168, 1024, 256),
+            (4608, 384, 7168),
+            (512, 768, 7168),
+            (4096, 768, 512),
+        ]
+        .into_iter()
+        .map(|(m, n, k)| problem(m, n, k))
+        .collect()
+    }
+
+    fn unseen_problem() -> Problem {
+        problem(300, 1000, 2048)
+    }
+}
+
+fn main() -> Res<()> {
+    program::main::<DualGemmSilu>()
 }

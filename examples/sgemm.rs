@@ -10,17 +10,17 @@
 //! Every launch takes its grid and block from kernel.toml's [launch] (the problem's M,
 //! N, K and the config's derived THREADS). Exit 1 if any check fails.
 
-use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use kart::manifest::{Config, Kernel, Project};
-use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
-use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
+use kart::manifest::Config;
+use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
+use kart::tune::{Problem, TuneBench};
 
-type Res<T> = Result<T, Box<dyn std::error::Error>>;
+#[path = "common/gemm_program.rs"]
+mod program;
+use program::{Gemm, Res, Shape, problem, shape};
 
-const KERNEL: &str = "sgemm";
 const ENTRY: &str = "kart_sgemm";
 
 /// Random values in [-1, 1) (never all zeros) from a xorshift stream.
@@ -33,20 +33,6 @@ fn random(n: usize, seed: &mut u64) -> Vec<f32> {
             ((*seed >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
         })
         .collect()
-}
-
-fn problem(m: usize, n: usize, k: usize) -> Problem {
-    [
-        ("M".to_string(), m as i64),
-        ("N".to_string(), n as i64),
-        ("K".to_string(), k as i64),
-    ]
-    .into()
-}
-
-fn shape(p: &Problem) -> (usize, usize, usize) {
-    let g = |k: &str| p.get(k).copied().unwrap_or(1) as usize;
-    (g("M"), g("N"), g("K"))
 }
 
 /// Device buffers of one problem.
@@ -121,73 +107,6 @@ fn check_once(
     })
 }
 
-fn configs_for(rt: &Runtime, gpu: &Gpu) -> Vec<Config> {
-    let mut configs: Vec<Config> = rt
-        .lock()
-        .artifacts
-        .iter()
-        .filter(|a| a.kernel == KERNEL)
-        .filter(|a| {
-            kart::tune::artifact_for(rt.lock(), KERNEL, &a.config, gpu.capability).is_some()
-        })
-        .map(|a| a.config.clone())
-        .collect();
-    configs.sort();
-    configs.dedup();
-    configs
-}
-
-/// Shapes with tails in every dimension, and one of whole tiles.
-const CHECK_SHAPES: [(usize, usize, usize); 4] =
-    [(1, 1, 1), (67, 45, 33), (256, 256, 64), (333, 129, 257)];
-
-fn check(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
-    let mut seed = 0x9E37_79B9_7F4A_7C15u64;
-    let mut passed = Vec::new();
-    let mut failed = 0;
-    println!(
-        "correctness against float64 on the CPU, shapes (M, N, K) {CHECK_SHAPES:?}, rel. error limit 1e-5"
-    );
-    for config in configs_for(rt, gpu) {
-        let loaded = gpu.kernel(rt, KERNEL, &config)?;
-        let mut worst = 0f64;
-        let mut failure = None;
-        for s in CHECK_SHAPES {
-            match check_once(gpu, &loaded, s, &mut seed) {
-                Ok(Ok(rel)) => worst = worst.max(rel),
-                Ok(Err(why)) => failure = Some(format!("{s:?}: {why}")),
-                Err(e) => failure = Some(format!("{s:?}: {e}")),
-            }
-            if failure.is_some() {
-                break;
-            }
-        }
-        match failure {
-            None => {
-                println!("  ok    {config}  worst {worst:.2e}");
-                passed.push(loaded.artifact.clone());
-            }
-            Some(why) => {
-                failed += 1;
-                println!("  FAIL  {config}  {why}");
-            }
-        }
-    }
-    kart::attest::record_all(
-        Path::new("."),
-        rt.lock(),
-        gpu,
-        &passed,
-        kart::attest::Check::Correct,
-    )?;
-    println!(
-        "{} configs correct, {failed} failed on {}; recorded in kart.attest",
-        passed.len(),
-        gpu.name
-    );
-    Ok(failed == 0)
-}
-
 /// Inputs rotated over several sets per problem so timed runs do not hit L2.
 struct Bench<'a> {
     gpu: &'a Gpu,
@@ -251,135 +170,54 @@ impl TuneBench for Bench<'_> {
     }
 }
 
-fn problems() -> Vec<Problem> {
-    vec![
-        problem(1024, 1024, 1024),
-        problem(4096, 4096, 4096),
-        problem(256, 4096, 2048),
-    ]
-}
+/// Shapes with tails in every dimension, and one of whole tiles.
+struct Sgemm;
 
-fn tflops(p: &Problem, us: f64) -> f64 {
-    let (m, n, k) = shape(p);
-    2.0 * (m * n * k) as f64 / (us * 1e-6) / 1e12
-}
+impl Gemm for Sgemm {
+    type Bench<'a> = Bench<'a>;
+    const KERNEL: &'static str = "sgemm";
+    const CHECK_SHAPES: &'static [Shape] =
+        &[(1, 1, 1), (67, 45, 33), (256, 256, 64), (333, 129, 257)];
+    const CHECK_RULE: &'static str = "rel. error limit 1e-5";
+    const DEMO_CHECK: Shape = (333, 129, 257);
+    const FLOPS_PER_MAC: f64 = 2.0;
 
-fn bench<'a>(gpu: &'a Gpu, seed: u64) -> Bench<'a> {
-    Bench {
-        gpu,
-        stream: gpu.stream(),
-        sets: Vec::new(),
-        shape: (0, 0, 0),
-        seed,
+    fn check_once(
+        gpu: &Gpu,
+        loaded: &LoadedArtifact,
+        shape: Shape,
+        seed: &mut u64,
+    ) -> Res<Result<f64, String>> {
+        check_once(gpu, loaded, shape, seed)
     }
-}
 
-fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
-    let mut bench = bench(gpu, 42);
-    let mut records = Vec::new();
-    for problem in problems() {
-        let (trials, record) = kart::tune::tune_problem(
-            rt,
+    fn bench(gpu: &Gpu, seed: u64) -> Bench<'_> {
+        Bench {
             gpu,
-            kernel,
-            &problem,
-            TuneSettings::default(),
-            &mut bench,
-        )?;
-        let mut timed: Vec<(f64, &Config)> = trials
-            .iter()
-            .filter_map(|t| t.result.as_ref().ok().map(|us| (*us, &t.config)))
-            .collect();
-        timed.sort_by(|a, b| a.0.total_cmp(&b.0));
-        let wrong = trials.iter().filter(|t| t.result.is_err()).count();
-        println!(
-            "problem {problem:?}: {} configs timed, {wrong} not (wrong or failed); the five fastest and the slowest:",
-            timed.len()
-        );
-        for (us, config) in timed.iter().take(5).chain(timed.last()) {
-            println!(
-                "  {us:>10.1} µs  {:>6.2} TFLOP/s  {config}",
-                tflops(&problem, *us)
-            );
-        }
-        if let Some(r) = record {
-            println!(
-                "  best: {} ({:.1} µs, {:.2} TFLOP/s)",
-                r.config,
-                r.median_us,
-                tflops(&problem, r.median_us)
-            );
-            records.push(r);
+            stream: gpu.stream(),
+            sets: Vec::new(),
+            shape: (0, 0, 0),
+            seed,
         }
     }
-    kart::tune::save_records(Path::new("."), records)?;
-    println!("kart.tune written");
-    Ok(())
-}
 
-fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
-    let path = Path::new(kart::tune::TUNE_FILE);
-    let tune = TuneFile::read(path, path)?;
-    let mut bench = bench(gpu, 7);
-    let mut ok = true;
-    for problem in problems().into_iter().chain([problem(2048, 2048, 2048)]) {
-        let t0 = std::time::Instant::now();
-        let (config, source) = kart::tune::best(
-            &tune,
-            rt.lock(),
-            kernel,
-            &gpu.name,
-            gpu.capability,
-            &problem,
-        )?;
-        let lookup = t0.elapsed();
-        let loaded = gpu.kernel(rt, KERNEL, &config)?;
-        let correct = check_once(gpu, &loaded, (333, 129, 257), &mut bench.seed)?;
-        ok &= correct.is_ok();
-        let us = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
-            bench.launch(&loaded, &config, &problem, i)
-        })?;
-        println!(
-            "{problem:?}: best() {:.1} µs -> {config} ({source:?}); check {}; {us:.1} µs, {:.2} TFLOP/s",
-            lookup.as_secs_f64() * 1e6,
-            match &correct {
-                Ok(rel) => format!("ok ({rel:.1e})"),
-                Err(why) => format!("FAILED ({why})"),
-            },
-            tflops(&problem, us)
-        );
+    fn seed<'b>(bench: &'b mut Bench<'_>) -> &'b mut u64 {
+        &mut bench.seed
     }
-    Ok(ok)
+
+    fn problems() -> Vec<Problem> {
+        vec![
+            problem(1024, 1024, 1024),
+            problem(4096, 4096, 4096),
+            problem(256, 4096, 2048),
+        ]
+    }
+
+    fn unseen_problem() -> Problem {
+        problem(2048, 2048, 2048)
+    }
 }
 
 fn main() -> Res<()> {
-    let command = std::env::args().nth(1).unwrap_or_default();
-    let project = Project::discover(Path::new("."))?;
-    let kernel = project.kernel(KERNEL)?.clone();
-    let rt = Runtime::open(Path::new("."))?;
-    let gpu = Gpu::open(0)?;
-    println!(
-        "{} (compute capability {}), kart {}",
-        gpu.name,
-        gpu.capability,
-        env!("CARGO_PKG_VERSION")
-    );
-    let ok = match command.as_str() {
-        "check" => check(&rt, &gpu)?,
-        "tune" => {
-            tune(&rt, &gpu, &kernel)?;
-            true
-        }
-        "demo" => demo(&rt, &gpu, &kernel)?,
-        _ => {
-            eprintln!(
-                "usage: sgemm check|tune|demo (from the repository root, after `kart build`)"
-            );
-            std::process::exit(2);
-        }
-    };
-    if !ok {
-        std::process::exit(1);
-    }
-    Ok(())
+    program::main::<Sgemm>()
 }

@@ -15,10 +15,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use kart::manifest::Config;
 use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
-use kart::tune::{Problem, TuneBench};
+use kart::tune::Problem;
 
 #[path = "common/gemm_program.rs"]
 mod program;
@@ -141,80 +140,18 @@ fn check_once(
     })
 }
 
-/// Inputs rotated over several sets per problem so timed runs do not hit L2.
-struct Bench<'a> {
-    gpu: &'a Gpu,
-    stream: Arc<CudaStream>,
-    sets: Vec<Buffers>,
-    shape: (usize, usize, usize),
-    seed: u64,
-}
-
-impl Bench<'_> {
-    fn prepare(&mut self, p: &Problem) -> Res<()> {
-        let (m, n, k) = shape(p);
-        if self.shape == (m, n, k) && !self.sets.is_empty() {
-            return Ok(());
-        }
-        self.sets.clear();
-        let bytes = (m * k + k * n) * 2 + m * n * 4;
-        // Enough sets that together they are well over the L2 (50-60 MB on Hopper).
-        let sets = (256_000_000 / bytes).clamp(1, 8);
-        for _ in 0..sets {
-            let (a, b) = (random(m * k, &mut self.seed), random(k * n, &mut self.seed));
-            self.sets.push(Buffers {
-                a: self.stream.clone_htod(&halves(&a))?,
-                b: self.stream.clone_htod(&halves(&b))?,
-                c: self.stream.alloc_zeros(m * n)?,
-            });
-        }
-        self.shape = (m, n, k);
-        Ok(())
-    }
-}
-
-impl TuneBench for Bench<'_> {
-    fn check(
-        &mut self,
-        loaded: &LoadedArtifact,
-        _: &Config,
-        _: &Problem,
-    ) -> kart::Result<Result<(), String>> {
-        // A shape with tails, small enough for the CPU reference; never timed if wrong.
-        match check_once(self.gpu, loaded, (67, 45, 40), &mut self.seed) {
-            Ok(r) => Ok(r.map(|_| ())),
-            Err(e) => Ok(Err(e.to_string())),
-        }
-    }
-
-    fn launch(
-        &mut self,
-        loaded: &LoadedArtifact,
-        _: &Config,
-        p: &Problem,
-        rotation: usize,
-    ) -> kart::Result<()> {
-        self.prepare(p).map_err(|e| kart::Error::CheckFailed {
-            message: e.to_string(),
-            hint: None,
-        })?;
-        let n = self.sets.len();
-        let stream = self.gpu.stream();
-        launch(loaded, &stream, &mut self.sets[rotation % n], p)
-    }
-}
-
-/// Check shapes with tails in M, N and K (K a multiple of 8: TMA's 16-byte rows), and
-/// one of whole tiles.
+/// This kernel's part of the program; its check shapes have tails in M, N and K (K a
+/// multiple of 8: TMA's 16-byte rows), and one has whole tiles.
 struct CuteGemm;
 
 impl Gemm for CuteGemm {
-    type Bench<'a> = Bench<'a>;
+    type Buffers = Buffers;
     const KERNEL: &'static str = "cute_gemm";
     const CHECK_SHAPES: &'static [Shape] =
         &[(1, 1, 8), (67, 45, 40), (256, 256, 64), (333, 129, 264)];
     const CHECK_RULE: &'static str = "rel. error limit 1e-5";
     const DEMO_CHECK: Shape = (333, 129, 264);
+    const TUNE_CHECK: Shape = (67, 45, 40);
     const FLOPS_PER_MAC: f64 = 2.0;
 
     fn check_once(
@@ -226,18 +163,26 @@ impl Gemm for CuteGemm {
         check_once(gpu, loaded, shape, seed)
     }
 
-    fn bench(gpu: &Gpu, seed: u64) -> Bench<'_> {
-        Bench {
-            gpu,
-            stream: gpu.stream(),
-            sets: Vec::new(),
-            shape: (0, 0, 0),
-            seed,
-        }
+    fn buffers(stream: &Arc<CudaStream>, (m, n, k): Shape, seed: &mut u64) -> Res<Buffers> {
+        let (a, b) = (random(m * k, seed), random(k * n, seed));
+        Ok(Buffers {
+            a: stream.clone_htod(&halves(&a))?,
+            b: stream.clone_htod(&halves(&b))?,
+            c: stream.alloc_zeros(m * n)?,
+        })
     }
 
-    fn seed<'b>(bench: &'b mut Bench<'_>) -> &'b mut u64 {
-        &mut bench.seed
+    fn bytes((m, n, k): Shape) -> usize {
+        (m * k + k * n) * 2 + m * n * 4
+    }
+
+    fn launch(
+        loaded: &LoadedArtifact,
+        stream: &CudaStream,
+        buffers: &mut Buffers,
+        p: &Problem,
+    ) -> kart::Result<()> {
+        launch(loaded, stream, buffers, p)
     }
 
     fn problems() -> Vec<Problem> {

@@ -16,10 +16,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use kart::manifest::Config;
 use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
-use kart::tune::{Problem, TuneBench};
+use kart::tune::Problem;
 
 #[path = "common/gemm_program.rs"]
 mod program;
@@ -222,97 +221,13 @@ fn check_once(
     })
 }
 
-/// Inputs rotated over several sets per problem so timed runs do not hit L2.
-struct Bench<'a> {
-    gpu: &'a Gpu,
-    stream: Arc<CudaStream>,
-    sets: Vec<Buffers>,
-    shape: (usize, usize, usize),
-    seed: u64,
-}
-
-impl Bench<'_> {
-    fn prepare(&mut self, p: &Problem) -> Res<()> {
-        let (m, n, k) = shape(p);
-        if self.shape == (m, n, k) && !self.sets.is_empty() {
-            return Ok(());
-        }
-        self.sets.clear();
-        let bytes = m * k + 2 * k * n + m * n * 2;
-        // Enough sets that together they are well over the L2 (50-60 MB on Hopper).
-        let sets = (256_000_000 / bytes).clamp(1, 8);
-        for _ in 0..sets {
-            let (bufs, _) = Buffers::new(&self.stream, (m, n, k), &mut self.seed)?;
-            self.sets.push(bufs);
-        }
-        self.shape = (m, n, k);
-        Ok(())
-    }
-}
-
-impl TuneBench for Bench<'_> {
-    fn check(
-        &mut self,
-        loaded: &LoadedArtifact,
-        _: &Config,
-        _: &Problem,
-    ) -> kart::Result<Result<(), String>> {
-        // A shape with tails, small enough for the CPU reference; never timed if wrong.
-        // A long K: the accumulation's precision shows there (FP8 wgmma keeps fewer bits
-        // than fp32), so a config that loses it is never timed.
-        match check_once(self.gpu, loaded, (67, 45, 7168), &mut self.seed) {
-            Ok(r) => Ok(r.map(|_| ())),
-            Err(e) => Ok(Err(e.to_string())),
-        }
-    }
-
-    fn launch(
-        &mut self,
-        loaded: &LoadedArtifact,
-        _: &Config,
-        p: &Problem,
-        rotation: usize,
-    ) -> kart::Result<()> {
-        self.prepare(p).map_err(|e| kart::Error::CheckFailed {
-            message: e.to_string(),
-            hint: None,
-        })?;
-        let n = self.sets.len();
-        let stream = self.gpu.stream();
-        launch(loaded, &stream, &mut self.sets[rotation % n], p)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn fp8_round_trips() {
-        for b in 0u8..=255 {
-            if b & 0x7F == 0x7F {
-                continue; // NaN
-            }
-            let v = fp8_value(b) as f32;
-            let back = to_fp8(v);
-            // +0 and -0 are the only two bytes of one value.
-            assert!(
-                back == b || (v == 0.0 && back & 0x7F == 0),
-                "{b:#x} -> {v} -> {back:#x}"
-            );
-        }
-        assert_eq!(fp8_value(to_fp8(1000.0)), 448.0);
-        assert_eq!(fp8_value(to_fp8(1.0625)), 1.0); // a tie, to even
-        assert_eq!(fp8_value(to_fp8(1.1875)), 1.25); // a tie, to even
-    }
-}
-
-/// Check shapes with tails in M, N and K (K a multiple of 16: TMA's 16-byte rows), one
-/// of whole tiles, and one with the long K of the benchmark.
+/// This kernel's part of the program; its check shapes have tails in M, N and K (K a
+/// multiple of 16: TMA's 16-byte rows), one has whole tiles, one the long K of the
+/// benchmark.
 struct DualGemmSilu;
 
 impl Gemm for DualGemmSilu {
-    type Bench<'a> = Bench<'a>;
+    type Buffers = Buffers;
     const KERNEL: &'static str = "dual_gemm_silu";
     const CHECK_SHAPES: &'static [Shape] = &[
         (1, 1, 16),
@@ -323,6 +238,7 @@ impl Gemm for DualGemmSilu {
     ];
     const CHECK_RULE: &'static str = "worst |C - ref| / max |ref| below 2e-3";
     const DEMO_CHECK: Shape = (333, 129, 1040);
+    const TUNE_CHECK: Shape = (67, 45, 7168);
     const FLOPS_PER_MAC: f64 = 4.0;
 
     fn check_once(
@@ -334,18 +250,21 @@ impl Gemm for DualGemmSilu {
         check_once(gpu, loaded, shape, seed)
     }
 
-    fn bench(gpu: &Gpu, seed: u64) -> Bench<'_> {
-        Bench {
-            gpu,
-            stream: gpu.stream(),
-            sets: Vec::new(),
-            shape: (0, 0, 0),
-            seed,
-        }
+    fn buffers(stream: &Arc<CudaStream>, (m, n, k): Shape, seed: &mut u64) -> Res<Buffers> {
+        Ok(Buffers::new(stream, (m, n, k), seed)?.0)
     }
 
-    fn seed<'b>(bench: &'b mut Bench<'_>) -> &'b mut u64 {
-        &mut bench.seed
+    fn bytes((m, n, k): Shape) -> usize {
+        m * k + 2 * k * n + m * n * 2
+    }
+
+    fn launch(
+        loaded: &LoadedArtifact,
+        stream: &CudaStream,
+        buffers: &mut Buffers,
+        p: &Problem,
+    ) -> kart::Result<()> {
+        launch(loaded, stream, buffers, p)
     }
 
     fn problems() -> Vec<Problem> {

@@ -13,9 +13,8 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
-use kart::manifest::Config;
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
-use kart::tune::{Problem, TuneBench};
+use kart::tune::Problem;
 
 #[path = "common/gemm_program.rs"]
 mod program;
@@ -107,79 +106,18 @@ fn check_once(
     })
 }
 
-/// Inputs rotated over several sets per problem so timed runs do not hit L2.
-struct Bench<'a> {
-    gpu: &'a Gpu,
-    stream: Arc<CudaStream>,
-    sets: Vec<Buffers>,
-    shape: (usize, usize, usize),
-    seed: u64,
-}
-
-impl Bench<'_> {
-    fn prepare(&mut self, p: &Problem) -> Res<()> {
-        let (m, n, k) = shape(p);
-        if self.shape == (m, n, k) && !self.sets.is_empty() {
-            return Ok(());
-        }
-        self.sets.clear();
-        let bytes = (m * k + k * n + m * n) * 4;
-        // Enough sets that together they are well over the L2 (50-60 MB on Hopper).
-        let sets = (256_000_000 / bytes).clamp(1, 8);
-        for _ in 0..sets {
-            let (a, b) = (random(m * k, &mut self.seed), random(k * n, &mut self.seed));
-            self.sets.push(Buffers {
-                a: self.stream.clone_htod(&a)?,
-                b: self.stream.clone_htod(&b)?,
-                c: self.stream.alloc_zeros(m * n)?,
-            });
-        }
-        self.shape = (m, n, k);
-        Ok(())
-    }
-}
-
-impl TuneBench for Bench<'_> {
-    fn check(
-        &mut self,
-        loaded: &LoadedArtifact,
-        _: &Config,
-        _: &Problem,
-    ) -> kart::Result<Result<(), String>> {
-        // A shape with tails, small enough for the CPU reference; never timed if wrong.
-        match check_once(self.gpu, loaded, (67, 45, 33), &mut self.seed) {
-            Ok(r) => Ok(r.map(|_| ())),
-            Err(e) => Ok(Err(e.to_string())),
-        }
-    }
-
-    fn launch(
-        &mut self,
-        loaded: &LoadedArtifact,
-        _: &Config,
-        p: &Problem,
-        rotation: usize,
-    ) -> kart::Result<()> {
-        self.prepare(p).map_err(|e| kart::Error::CheckFailed {
-            message: e.to_string(),
-            hint: None,
-        })?;
-        let n = self.sets.len();
-        let stream = self.gpu.stream();
-        launch(loaded, &stream, &mut self.sets[rotation % n], p)
-    }
-}
-
-/// Shapes with tails in every dimension, and one of whole tiles.
+/// This kernel's part of the program; its check shapes have tails in every dimension,
+/// and one has whole tiles.
 struct Sgemm;
 
 impl Gemm for Sgemm {
-    type Bench<'a> = Bench<'a>;
+    type Buffers = Buffers;
     const KERNEL: &'static str = "sgemm";
     const CHECK_SHAPES: &'static [Shape] =
         &[(1, 1, 1), (67, 45, 33), (256, 256, 64), (333, 129, 257)];
     const CHECK_RULE: &'static str = "rel. error limit 1e-5";
     const DEMO_CHECK: Shape = (333, 129, 257);
+    const TUNE_CHECK: Shape = (67, 45, 33);
     const FLOPS_PER_MAC: f64 = 2.0;
 
     fn check_once(
@@ -191,18 +129,26 @@ impl Gemm for Sgemm {
         check_once(gpu, loaded, shape, seed)
     }
 
-    fn bench(gpu: &Gpu, seed: u64) -> Bench<'_> {
-        Bench {
-            gpu,
-            stream: gpu.stream(),
-            sets: Vec::new(),
-            shape: (0, 0, 0),
-            seed,
-        }
+    fn buffers(stream: &Arc<CudaStream>, (m, n, k): Shape, seed: &mut u64) -> Res<Buffers> {
+        let (a, b) = (random(m * k, seed), random(k * n, seed));
+        Ok(Buffers {
+            a: stream.clone_htod(&a)?,
+            b: stream.clone_htod(&b)?,
+            c: stream.alloc_zeros(m * n)?,
+        })
     }
 
-    fn seed<'b>(bench: &'b mut Bench<'_>) -> &'b mut u64 {
-        &mut bench.seed
+    fn bytes((m, n, k): Shape) -> usize {
+        (m * k + k * n + m * n) * 4
+    }
+
+    fn launch(
+        loaded: &LoadedArtifact,
+        stream: &CudaStream,
+        buffers: &mut Buffers,
+        p: &Problem,
+    ) -> kart::Result<()> {
+        launch(loaded, stream, buffers, p)
     }
 
     fn problems() -> Vec<Problem> {

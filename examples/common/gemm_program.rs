@@ -12,7 +12,9 @@
 //! Exit 1 if any check fails.
 
 use std::path::Path;
+use std::sync::Arc;
 
+use cudarc::driver::CudaStream;
 use kart::manifest::{Config, Kernel, Project};
 use kart::runtime::{Gpu, LoadedArtifact, Runtime};
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
@@ -24,8 +26,8 @@ pub type Shape = (usize, usize, usize);
 
 /// One kernel's part of the program.
 pub trait Gemm {
-    /// Inputs rotated over several sets per problem, so timed runs do not hit L2.
-    type Bench<'a>: TuneBench;
+    /// The device buffers of one problem's inputs and output.
+    type Buffers;
     /// The kernel's name in kernel.toml.
     const KERNEL: &'static str;
     /// The shapes `check` runs every config on.
@@ -34,6 +36,9 @@ pub trait Gemm {
     const CHECK_RULE: &'static str;
     /// The checked run of `demo`.
     const DEMO_CHECK: Shape;
+    /// The shape the tuner checks each config on before timing it (never timed if
+    /// wrong): small enough for the CPU reference.
+    const TUNE_CHECK: Shape;
     /// Floating-point operations per multiply-add of M·N·K (2 for one product).
     const FLOPS_PER_MAC: f64;
     /// Runs `loaded` on fresh inputs of `shape` against float64: the error measure, or
@@ -44,10 +49,17 @@ pub trait Gemm {
         shape: Shape,
         seed: &mut u64,
     ) -> Res<Result<f64, String>>;
-    /// A bench with no inputs yet.
-    fn bench(gpu: &Gpu, seed: u64) -> Self::Bench<'_>;
-    /// The bench's random stream, shared with `check_once` in `demo`.
-    fn seed<'b>(bench: &'b mut Self::Bench<'_>) -> &'b mut u64;
+    /// Fresh random inputs of `shape` on the device.
+    fn buffers(stream: &Arc<CudaStream>, shape: Shape, seed: &mut u64) -> Res<Self::Buffers>;
+    /// The bytes of one set of buffers.
+    fn bytes(shape: Shape) -> usize;
+    /// Launches `loaded` on `buffers` for problem `p`.
+    fn launch(
+        loaded: &LoadedArtifact,
+        stream: &CudaStream,
+        buffers: &mut Self::Buffers,
+        p: &Problem,
+    ) -> kart::Result<()>;
     /// The problems `tune` and `demo` run.
     fn problems() -> Vec<Problem>;
     /// A problem `demo` adds, with no record of its own (best() falls back).
@@ -74,6 +86,72 @@ pub fn param(config: &Config, name: &str) -> u32 {
     match config.0.get(name) {
         Some(kart::manifest::ParamValue::Int(v)) => *v as u32,
         _ => 0,
+    }
+}
+
+/// Inputs rotated over several sets per problem so timed runs do not hit L2.
+struct Bench<'a, G: Gemm> {
+    gpu: &'a Gpu,
+    stream: Arc<CudaStream>,
+    sets: Vec<G::Buffers>,
+    shape: Shape,
+    seed: u64,
+}
+
+impl<'a, G: Gemm> Bench<'a, G> {
+    fn new(gpu: &'a Gpu, seed: u64) -> Self {
+        Bench {
+            gpu,
+            stream: gpu.stream(),
+            sets: Vec::new(),
+            shape: (0, 0, 0),
+            seed,
+        }
+    }
+
+    fn prepare(&mut self, p: &Problem) -> Res<()> {
+        let s = shape(p);
+        if self.shape == s && !self.sets.is_empty() {
+            return Ok(());
+        }
+        self.sets.clear();
+        // Enough sets that together they are well over the L2 (50-60 MB on Hopper).
+        let sets = (256_000_000 / G::bytes(s).max(1)).clamp(1, 8);
+        for _ in 0..sets {
+            self.sets.push(G::buffers(&self.stream, s, &mut self.seed)?);
+        }
+        self.shape = s;
+        Ok(())
+    }
+}
+
+impl<G: Gemm> TuneBench for Bench<'_, G> {
+    fn check(
+        &mut self,
+        loaded: &LoadedArtifact,
+        _: &Config,
+        _: &Problem,
+    ) -> kart::Result<Result<(), String>> {
+        match G::check_once(self.gpu, loaded, G::TUNE_CHECK, &mut self.seed) {
+            Ok(r) => Ok(r.map(|_| ())),
+            Err(e) => Ok(Err(e.to_string())),
+        }
+    }
+
+    fn launch(
+        &mut self,
+        loaded: &LoadedArtifact,
+        _: &Config,
+        p: &Problem,
+        rotation: usize,
+    ) -> kart::Result<()> {
+        self.prepare(p).map_err(|e| kart::Error::CheckFailed {
+            message: e.to_string(),
+            hint: None,
+        })?;
+        let n = self.sets.len();
+        let stream = self.gpu.stream();
+        G::launch(loaded, &stream, &mut self.sets[rotation % n], p)
     }
 }
 
@@ -149,7 +227,7 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
 }
 
 fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
-    let mut bench = G::bench(gpu, 42);
+    let mut bench = Bench::<G>::new(gpu, 42);
     let mut records = Vec::new();
     for problem in G::problems() {
         let (trials, record) = kart::tune::tune_problem(
@@ -194,7 +272,7 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
 fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
     let path = Path::new(kart::tune::TUNE_FILE);
     let tune = TuneFile::read(path, path)?;
-    let mut bench = G::bench(gpu, 7);
+    let mut bench = Bench::<G>::new(gpu, 7);
     let mut ok = true;
     for problem in G::problems().into_iter().chain([G::unseen_problem()]) {
         let t0 = std::time::Instant::now();
@@ -208,7 +286,7 @@ fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
         )?;
         let lookup = t0.elapsed();
         let loaded = gpu.kernel(rt, G::KERNEL, &config)?;
-        let correct = G::check_once(gpu, &loaded, G::DEMO_CHECK, G::seed(&mut bench))?;
+        let correct = G::check_once(gpu, &loaded, G::DEMO_CHECK, &mut bench.seed)?;
         ok &= correct.is_ok();
         let us = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
             bench.launch(&loaded, &config, &problem, i)

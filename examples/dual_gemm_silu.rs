@@ -295,3 +295,27 @@ impl Gemm for DualGemmSilu {
 fn main() -> Res<()> {
     program::main::<DualGemmSilu>()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fp8_round_trips() {
+        for b in 0u8..=255 {
+            if b & 0x7F == 0x7F {
+                continue; // NaN
+            }
+            let v = fp8_value(b) as f32;
+            let back = to_fp8(v);
+            // +0 and -0 are the only two bytes of one value.
+            assert!(
+                back == b || (v == 0.0 && back & 0x7F == 0),
+                "{b:#x} -> {v} -> {back:#x}"
+            );
+        }
+        assert_eq!(fp8_value(to_fp8(1000.0)), 448.0);
+        assert_eq!(fp8_value(to_fp8(1.0625)), 1.0); // a tie, to even
+        assert_eq!(fp8_value(to_fp8(1.1875)), 1.25); // a tie, to even
+    }
+}

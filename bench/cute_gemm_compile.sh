@@ -11,13 +11,7 @@ set -euo pipefail
 kart=$(realpath target/release/kart)
 export KART_NVCC=${KART_NVCC:-$PWD/.toolchain/py/nvidia/cu13/bin/nvcc}
 include=.toolchain/lib/cutlass/cutlass_library/source/include
-median() {  # runs "$@" N times (N first), prints the median wall time in ms
-  local n=$1; shift
-  for _ in $(seq "$n"); do
-    local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
-    echo $(( (t1 - t0) / 1000 ))
-  done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] / 1000}'
-}
+source "$(dirname "$0")/median_ms.sh"
 echo "kart $(git rev-parse --short HEAD), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "headers: $(find "$include" -type f | wc -l) files, $(du -sm "$include" | cut -f1) MB"
 tmp=$(mktemp -d)
@@ -39,4 +33,4 @@ t0=$(date +%s%N)
 t1=$(date +%s%N)
 echo "all configs, one at a time: $(( (t1 - t0) / 1000000 )) ms"
 "$kart" -q build  # warm: everything from the store
-echo "no-op build of the repository ($(grep -c '^\[\[artifact\]\]' kart.lock) artifacts, CUTLASS declared): $(median 21 "$kart" -q build) ms (median of 21)"
+echo "no-op build of the repository ($(grep -c '^\[\[artifact\]\]' kart.lock) artifacts, CUTLASS declared): $(median_ms 21 "$kart" -q build) ms (median of 21)"

@@ -10,21 +10,15 @@
 set -euo pipefail
 kart=$(realpath target/release/kart)
 export KART_NVCC=${KART_NVCC:-$PWD/.toolchain/py/nvidia/cu13/bin/nvcc}
-median() {  # runs "$@" N times (N first), prints the median wall time in ms
-  local n=$1; shift
-  for _ in $(seq "$n"); do
-    local t0 t1; t0=$(date +%s%N); "$@" >/dev/null 2>&1; t1=$(date +%s%N)
-    echo $(( (t1 - t0) / 1000 ))
-  done | sort -n | awk '{a[NR]=$1} END {printf "%.1f", a[int((NR+1)/2)] / 1000}'
-}
+source "$(dirname "$0")/median_ms.sh"
 echo "kart $(git rev-parse --short HEAD), $(nproc) cores"
 "$kart" -C bench/grid build --explain-grid | sed 's/^/  /'
-echo "explain-grid, 100k raw combinations: $(median 11 "$kart" -C bench/grid build --explain-grid) ms (whole command, median of 11)"
+echo "explain-grid, 100k raw combinations: $(median_ms 11 "$kart" -C bench/grid build --explain-grid) ms (whole command, median of 11)"
 "$kart" -q build  # warm: everything from the store
-echo "no-op build of the repository, this kart: $(median 21 "$kart" -q build) ms (median of 21)"
+echo "no-op build of the repository, this kart: $(median_ms 21 "$kart" -q build) ms (median of 21)"
 if [[ $# -eq 2 ]]; then
   old=$(realpath "$1"); dir=$2
   echo "older kart: $("$old" --version) built from $(git -C "$dir" rev-parse --short HEAD)"
-  echo "explain-grid, 100k raw combinations, older kart: $(median 11 "$old" -C bench/grid build --explain-grid) ms (whole command, median of 11)"
-  echo "no-op build of the repository, older kart: $(median 21 "$old" -q build) ms (median of 21)"
+  echo "explain-grid, 100k raw combinations, older kart: $(median_ms 11 "$old" -C bench/grid build --explain-grid) ms (whole command, median of 11)"
+  echo "no-op build of the repository, older kart: $(median_ms 21 "$old" -q build) ms (median of 21)"
 fi

@@ -29,7 +29,7 @@ using namespace cute;
 // With one consumer warpgroup, two blocks share an SM (their k-loops drift apart, so one
 // block's wgmma runs while the other drains and promotes): 128 registers per thread at
 // entry, then 40 for the producer and 216 for the consumer, two blocks in 64 K.
-template <int BM, int BN, int STAGES, int CONSUMERS, int PROMOTE>
+template <int BM, int BN, int STAGES, int CONSUMERS, int PROMOTE, int STAGGER>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     dual_gemm_silu(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b1,
                    const __grid_constant__ CUtensorMap tma_b2, const float *scale_a, const float *scale_b1,
@@ -47,7 +47,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   T *b2_smem = b1_smem + BN * BK * STAGES;
   __shared__ uint64_t full[STAGES], empty[STAGES];
 
-  const int warpgroup = threadIdx.x / 128;
+  // Read through a shuffle so the compiler knows it is the same in the whole warp (wgmma
+  // under a branch it cannot prove uniform gets serialized).
+  const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
   const int m0 = blockIdx.y * BM, n0 = blockIdx.x * BN;
   const int tiles = (k + BK - 1) / BK;
   constexpr uint32_t stage_bytes = (BM + 2 * BN) * BK;
@@ -103,56 +105,120 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   // With promotion, wgmma accumulates into these for PROMOTE k-tiles at a time.
   Tensor part1 = thr.partition_fragment_C(gTile);
   Tensor part2 = thr.partition_fragment_C(gTile);
+  clear(part1);
+  clear(part2);
 
-  // One batch of wgmma per k-tile. A batch may still run while the next is issued
-  // (they chain on the same registers); the stage it read is handed back once it is
-  // done. At the end of a promotion window every batch must be done before the
-  // window's sums are added into fp32 and the next window starts from zero.
-  int pending = -1;  // the stage of the previous k-tile, not yet handed back
   auto release = [&](int stage) {
     if (threadIdx.x % 128 == 0) Barrier::arrive(&empty[stage]);
   };
-  for (int t = 0; t < tiles; ++t) {
-    const int s = t % STAGES;
-    Barrier::wait(&full[s], (t / STAGES) & 1);
-    Tensor tCrA = thr.make_fragment_A(thr.partition_A(a_stage(s)));
-    Tensor tCrB1 = thr.make_fragment_B(thr.partition_B(b_stage(b1_smem, s)));
-    Tensor tCrB2 = thr.make_fragment_B(thr.partition_B(b_stage(b2_smem, s)));
-    const bool fresh = PROMOTE > 0 && t % (PROMOTE > 0 ? PROMOTE : 1) == 0;
-    auto &d1 = PROMOTE > 0 ? part1 : acc1;
-    auto &d2 = PROMOTE > 0 ? part2 : acc2;
-    warpgroup_fence_operand(d1);
-    warpgroup_fence_operand(d2);
-    warpgroup_arrive();
-    CUTE_UNROLL
-    for (int kb = 0; kb < size<2>(tCrA); ++kb) {
-      mma.accumulate_ = (fresh && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-      gemm(mma, tCrA(_, _, kb), tCrB1(_, _, kb), d1);
-      mma.accumulate_ = (fresh && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
-      gemm(mma, tCrA(_, _, kb), tCrB2(_, _, kb), d2);
+  if constexpr (STAGGER) {
+    // Staggered windows: every consumer promotes after 4 k-steps of 32 (one k-tile's
+    // worth, the same accuracy), but the second consumer's windows start half a k-tile
+    // later, so while one warpgroup drains its wgmma and adds its partial sums, the
+    // other has a batch queued on the tensor cores. A window that ends at step `offset`
+    // of k-tile t has finished every step of k-tile t - 1, whose stage goes back then.
+    static_assert(PROMOTE == 1, "staggered windows promote once per k-tile");
+    constexpr int STEPS = BK / 32;
+    // The offset is a compile-time constant in each warpgroup's copy of the loop, so
+    // every wgmma sits in straight-line code (ptxas serializes wgmma it cannot place).
+    auto mainloop = [&](auto offset_c) {
+    constexpr int offset = decltype(offset_c)::value;
+    bool fresh = true;
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % STAGES;
+      Tensor tCrA = thr.make_fragment_A(thr.partition_A(a_stage(s)));
+      Tensor tCrB1 = thr.make_fragment_B(thr.partition_B(b_stage(b1_smem, s)));
+      Tensor tCrB2 = thr.make_fragment_B(thr.partition_B(b_stage(b2_smem, s)));
+      CUTE_UNROLL
+      for (int kb = 0; kb < STEPS; ++kb) {
+        if (kb == offset && (t > 0 || offset > 0)) {
+          warpgroup_commit_batch();
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(part1);
+          warpgroup_fence_operand(part2);
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc1); ++i) {
+            acc1(i) += part1(i);
+            acc2(i) += part2(i);
+          }
+          if (t > 0) release((t - 1) % STAGES);
+          fresh = true;
+        }
+        if (kb == 0) Barrier::wait(&full[s], (t / STAGES) & 1);
+        if (kb == 0 || kb == offset) {
+          warpgroup_fence_operand(part1);
+          warpgroup_fence_operand(part2);
+          warpgroup_arrive();
+        }
+        mma.accumulate_ = fresh ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        gemm(mma, tCrA(_, _, kb), tCrB1(_, _, kb), part1);
+        mma.accumulate_ = fresh ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        gemm(mma, tCrA(_, _, kb), tCrB2(_, _, kb), part2);
+        fresh = false;
+      }
     }
     warpgroup_commit_batch();
-    const bool window_end = PROMOTE > 0 && ((t + 1) % (PROMOTE > 0 ? PROMOTE : 1) == 0 || t + 1 == tiles);
-    if (window_end) {
-      warpgroup_wait<0>();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(part1);
+    warpgroup_fence_operand(part2);
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc1); ++i) {
+      acc1(i) += part1(i);
+      acc2(i) += part2(i);
+    }
+    };
+    if (warpgroup == 1)
+      mainloop(Int<0>{});
+    else
+      mainloop(Int<STEPS / 2>{});
+  } else {
+    // One batch of wgmma per k-tile. A batch may still run while the next is issued
+    // (they chain on the same registers); the stage it read is handed back once it is
+    // done. At the end of a promotion window every batch must be done before the
+    // window's sums are added into fp32 and the next window starts from zero.
+    int pending = -1;  // the stage of the previous k-tile, not yet handed back
+    for (int t = 0; t < tiles; ++t) {
+      const int s = t % STAGES;
+      Barrier::wait(&full[s], (t / STAGES) & 1);
+      Tensor tCrA = thr.make_fragment_A(thr.partition_A(a_stage(s)));
+      Tensor tCrB1 = thr.make_fragment_B(thr.partition_B(b_stage(b1_smem, s)));
+      Tensor tCrB2 = thr.make_fragment_B(thr.partition_B(b_stage(b2_smem, s)));
+      const bool fresh = PROMOTE > 0 && t % (PROMOTE > 0 ? PROMOTE : 1) == 0;
+      auto &d1 = PROMOTE > 0 ? part1 : acc1;
+      auto &d2 = PROMOTE > 0 ? part2 : acc2;
       warpgroup_fence_operand(d1);
       warpgroup_fence_operand(d2);
-      if (pending >= 0) release(pending);
-      release(s);
-      pending = -1;
-      if constexpr (PROMOTE > 0) {
-        CUTE_UNROLL
-        for (int i = 0; i < size(acc1); ++i) {
-          acc1(i) += part1(i);
-          acc2(i) += part2(i);
-        }
+      warpgroup_arrive();
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+        mma.accumulate_ = (fresh && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        gemm(mma, tCrA(_, _, kb), tCrB1(_, _, kb), d1);
+        mma.accumulate_ = (fresh && kb == 0) ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+        gemm(mma, tCrA(_, _, kb), tCrB2(_, _, kb), d2);
       }
-    } else {
-      warpgroup_wait<1>();  // the previous k-tile's batch is done
-      warpgroup_fence_operand(d1);
-      warpgroup_fence_operand(d2);
-      if (pending >= 0) release(pending);
-      pending = s;
+      warpgroup_commit_batch();
+      const bool window_end = PROMOTE > 0 && ((t + 1) % (PROMOTE > 0 ? PROMOTE : 1) == 0 || t + 1 == tiles);
+      if (window_end) {
+        warpgroup_wait<0>();
+        warpgroup_fence_operand(d1);
+        warpgroup_fence_operand(d2);
+        if (pending >= 0) release(pending);
+        release(s);
+        pending = -1;
+        if constexpr (PROMOTE > 0) {
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc1); ++i) {
+            acc1(i) += part1(i);
+            acc2(i) += part2(i);
+          }
+        }
+      } else {
+        warpgroup_wait<1>();  // the previous k-tile's batch is done
+        warpgroup_fence_operand(d1);
+        warpgroup_fence_operand(d2);
+        if (pending >= 0) release(pending);
+        pending = s;
+      }
     }
   }
   warpgroup_wait<0>();

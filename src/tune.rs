@@ -401,6 +401,12 @@ pub struct TuneSettings {
     pub warmup: usize,
     /// Timed runs (each between two CUDA events); the median counts.
     pub runs: usize,
+    /// Bytes of a scratch buffer zeroed on the stream before each timed run (0: none).
+    /// Zeroing more than the L2 holds leaves it full of dirty lines of other data, as
+    /// the benchmarks flush it, so each run pays for its own reads from memory; and the
+    /// GPU is busy with it while the run is launched, so the launch's own latency falls
+    /// outside the two events.
+    pub flush_bytes: usize,
 }
 
 impl Default for TuneSettings {
@@ -408,6 +414,7 @@ impl Default for TuneSettings {
         TuneSettings {
             warmup: 5,
             runs: 30,
+            flush_bytes: 256 << 20,
         }
     }
 }
@@ -420,8 +427,8 @@ fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
 }
 
 /// The median time of `launch` in microseconds: `settings.warmup` untimed calls, then
-/// `settings.runs` calls each between two CUDA events on the GPU's stream. `launch`
-/// gets the run's index (to rotate inputs).
+/// `settings.runs` calls each between two CUDA events on the GPU's stream, each after
+/// `settings.flush_bytes` of zeroing. `launch` gets the run's index (to rotate inputs).
 pub fn median_time_us(
     gpu: &Gpu,
     settings: TuneSettings,
@@ -430,6 +437,10 @@ pub fn median_time_us(
     let stream = gpu.stream();
     let ctx = gpu.context();
     let timing = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
+    let mut flush = match settings.flush_bytes {
+        0 => None,
+        n => Some(stream.alloc_zeros::<u8>(n).map_err(driver("cuMemAlloc"))?),
+    };
     for i in 0..settings.warmup {
         launch(i)?;
     }
@@ -437,6 +448,9 @@ pub fn median_time_us(
     for i in 0..settings.runs.max(1) {
         let start = ctx.new_event(timing).map_err(driver("cuEventCreate"))?;
         let end = ctx.new_event(timing).map_err(driver("cuEventCreate"))?;
+        if let Some(buffer) = flush.as_mut() {
+            stream.memset_zeros(buffer).map_err(driver("cuMemsetD8Async"))?;
+        }
         start.record(&stream).map_err(driver("cuEventRecord"))?;
         launch(settings.warmup + i)?;
         end.record(&stream).map_err(driver("cuEventRecord"))?;

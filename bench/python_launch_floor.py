@@ -11,7 +11,7 @@ converted beforehand (the least an 11-argument ctypes call can do); cuLaunchKern
 through ctypes with a launch configuration built beforehand (4 arguments); the driver's
 Cython bindings (cuda.bindings, where installed) with handles built beforehand; and the
 other steps of a launch (context query, PyTorch's device and raw stream, argument
-checks, packing). Rounds interleave the rows, so drift of the machine hits all alike.
+checks and packing). Rounds interleave the rows, so drift of the machine hits all alike.
 """
 import ctypes
 import importlib.util
@@ -68,7 +68,7 @@ def main(module_path, n=20000):
     ctx_ref = ctypes.byref(ctx)
     get_current = ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent
     get_current.restype = ctypes.c_int
-    values = axpb._values((x, y, 2.0, 1.0, size), bound)
+    args = (x, y, 2.0, 1.0, size)
     artifact = bound.artifact
     rows = [
         ("the launcher's whole call", lambda: axpb(grid, block, x, y, 2.0, 1.0, size)),
@@ -81,8 +81,8 @@ def main(module_path, n=20000):
         ("cuCtxGetCurrent (no argtypes, pointer built once)", lambda: get_current(ctx_ref)),
         ("torch._C._cuda_getDevice", lambda: torch._C._cuda_getDevice()),
         ("torch._C._cuda_getCurrentRawStream", lambda: torch._C._cuda_getCurrentRawStream(0)),
-        ("argument checks (_values)", lambda: axpb._values((x, y, 2.0, 1.0, size), bound)),
-        ("struct.pack_into", lambda: struct.pack_into(axpb._format, axpb._slots, 0, *values)),
+        ("argument checks and packing (the written-out packer)", lambda: axpb._pack_slots(args, 0)),
+        ("struct.pack_into alone", lambda: struct.pack_into(axpb._format, axpb._slots, 0, 1, 2, 2.0, 1.0, size)),
         ("an empty lambda", lambda: None),
     ]
     try:

@@ -379,13 +379,17 @@ def _declare(lib):
         lib.cuFuncLoad.argtypes, lib.cuFuncLoad.restype = [p], i
 
 
-def _launch_unchecked(*args):
-    """cuLaunchKernel without argtypes, for arguments already converted to ctypes."""
-    global _launch_unchecked
-    raw = _cuda()["cuLaunchKernel"]  # a new function object: no argtypes of its own
-    raw.restype = ctypes.c_int
-    _launch_unchecked = raw
-    return raw(*args)
+_raw = {}
+
+
+def _unchecked(name):
+    """Driver function `name` without argtypes, for arguments already converted to
+    ctypes: ctypes' per-call conversion costs about as much as a launch itself."""
+    fn = _raw.get(name)
+    if fn is None:
+        fn = _raw[name] = _cuda()[name]  # indexing makes a new function object
+        fn.restype = ctypes.c_int
+    return fn
 
 
 def _check(lib, result, call):
@@ -705,6 +709,71 @@ def _raw_stream_reader():
     return _stream_reader
 
 
+def _wrong_pointer(arg):
+    raise TypeError("pointer")  # the general path words it
+
+
+def _pointer_of(arg, index, ordinal, name):
+    """A pointer argument that is not a torch tensor or an int: a CUDA array (its
+    device checked by the driver), else refused."""
+    how = _pointer_kind(arg)
+    if how == 1:
+        if arg.get_device() != ordinal:
+            raise _wrong_device(name, index, arg.get_device(), ordinal)
+        return arg.data_ptr()
+    if how == 2:
+        pointer = arg.__cuda_array_interface__["data"][0]
+        where = ctypes.c_int()
+        if pointer and _driver.cuPointerGetAttribute(ctypes.byref(where), _POINTER_ATTR_DEVICE_ORDINAL,
+                                                     pointer) == 0 and where.value != ordinal:
+            raise _wrong_device(name, index, where.value, ordinal)
+        return pointer
+    if how == 3:
+        return arg  # a raw CUdeviceptr: the caller vouches for it
+    return _wrong_pointer(arg)
+
+
+def _f16_bits(value):
+    return struct.unpack("<H", struct.pack("<e", float(value)))[0]
+
+
+def _bf16_bits(value):
+    bits = struct.unpack("<I", struct.pack("<f", float(value)))[0]
+    return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
+
+
+def _slot_packer(name, kinds, format, slots):
+    """A function (args, ordinal) that packs one launch's arguments into `slots` with
+    the cheap checks: the count (unpacking), each kind (struct refuses what does not
+    fit), no bools, pointers of torch tensors on the launch's device. Written out per
+    signature, because a loop over kinds costs more than the launch it guards; any
+    error but WrongDevice sends the call to the general path, which words it."""
+    names = [f"a{i}" for i in range(len(kinds))]
+    lines = ["def pack(args, ordinal):", f"    {', '.join(names)}{',' if len(names) == 1 else ''} = args"
+             if names else "    if args: raise TypeError('count')"]
+    for i, kind in enumerate(kinds):
+        a = names[i]
+        if kind == "ptr":
+            lines += [f"    t = kind_of(type({a}))",
+                      "    if t == 1:",
+                      f"        if {a}.get_device() != ordinal:",
+                      f"            raise wrong(name, {i}, {a}.get_device(), ordinal)",
+                      f"        {a} = {a}.data_ptr()",
+                      "    elif t != 3:",
+                      f"        {a} = pointer_of({a}, {i}, ordinal, name)"]
+        else:
+            lines.append(f"    if type({a}) is bool: raise TypeError('bool')")
+            if kind in ("f16", "bf16"):
+                lines.append(f"    {a} = {kind}_bits({a})")
+    lines.append(f"    pack_into(format, slots, 0, {', '.join(names)})")
+    scope = {"kind_of": _pointer_kinds.get, "wrong": _wrong_device, "pointer_of": _pointer_of, "name": name,
+             "f16_bits": _f16_bits, "bf16_bits": _bf16_bits, "pack_into": struct.pack_into,
+             "format": format, "slots": slots}
+    exec("\n".join(lines), scope)
+    return scope["pack"]
+
+
+
 class _Bound:
     """What a launcher keeps per CUDA context: everything a launch needs that cannot
     change while the context lives."""
@@ -714,9 +783,10 @@ class _Bound:
     def __init__(self, lib, ctx, ordinal, artifact, function):
         self.lib, self.ctx, self.ordinal = lib, ctx, ordinal
         self.artifact, self.function, self.shared_allowed = artifact, function, _DEFAULT_SHARED_LIMIT
-        # (grid, block, shared memory, stream) -> cuLaunchKernel's arguments, converted
-        # to ctypes once: ctypes' per-call conversion of eleven arguments costs about
-        # as much as the launch itself.
+        # (grid, block, shared memory, stream) as the caller gave them -> the
+        # arguments of cuLaunchKernelEx, converted to ctypes once: a launch
+        # configuration built beforehand, the function and the parameter pointers
+        # (four arguments cost ctypes less than cuLaunchKernel's eleven).
         self.calls = {}
 
 
@@ -754,6 +824,7 @@ class Launcher:
         self._geometry = {}  # problem items -> (grid, block, shared_mem) of [launch]
         self._mutex = threading.Lock()  # guards the reused argument buffers below
         self._ctx = ctypes.c_void_p()
+        self._ctx_ref = ctypes.byref(self._ctx)
         kinds = self._info.get("signature")
         # With a declared signature of scalars and pointers, packing is prepared once:
         # one struct format, one buffer of 8-byte slots and the pointer array into it.
@@ -767,6 +838,7 @@ class Launcher:
             self._slots = (ctypes.c_uint64 * max(len(kinds), 1))()
             base = ctypes.addressof(self._slots)
             self._params = (ctypes.c_void_p * max(len(kinds), 1))(*[base + 8 * i for i in range(len(kinds))])
+            self._pack_slots = _slot_packer(self._name, self._kinds, self._format, self._slots)
 
     def __repr__(self):
         return f"<kart kernel {self._name}, targets {', '.join(sorted(self._artifacts))}>"
@@ -818,7 +890,7 @@ class Launcher:
             _pack(self._name, self._info, args)
             lib = _cuda()
         with self._mutex:
-            lib.cuCtxGetCurrent(ctypes.byref(self._ctx))
+            _unchecked("cuCtxGetCurrent")(self._ctx_ref)
             bound = self._bound.get(self._ctx.value)
             if bound is None or self._kinds is None:
                 bound = self._bind_context(device)
@@ -832,63 +904,24 @@ class Launcher:
             elif type(stream) is not int:
                 stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
             try:
-                values = self._values(args, bound)
-                struct.pack_into(self._format, self._slots, 0, *values)
+                self._pack_slots(args, bound.ordinal)
             except WrongDevice:
                 raise
             except (struct.error, TypeError, OverflowError, ValueError):
                 # The general path says exactly what is wrong (or packs what struct
                 # refuses to, such as a float beyond f32's range, as ctypes would).
                 return self._launch_general(bound, g, b, args, shared_mem, stream)
-            call = bound.calls.get((g, b, shared_mem, stream))
+            key = (g, b, shared_mem, stream)
+            call = bound.calls.get(key)
             if call is None:
                 if len(bound.calls) > 256:
                     bound.calls.clear()
-                u = ctypes.c_uint
-                call = bound.calls[(g, b, shared_mem, stream)] = (
-                    ctypes.c_void_p(bound.function), u(g[0]), u(g[1]), u(g[2]), u(b[0]), u(b[1]), u(b[2]),
-                    u(shared_mem), ctypes.c_void_p(stream or None), self._params, None)
-            result = _launch_unchecked(*call)
+                u3 = ctypes.c_uint * 3
+                config = _LaunchConfig(u3(*g), u3(*b), shared_mem, stream or None, None, 0)
+                call = bound.calls[key] = (ctypes.byref(config), ctypes.c_void_p(bound.function), self._params, None)
+            result = _unchecked("cuLaunchKernelEx")(*call)
         if result:
-            _check(lib, result, f"cuLaunchKernel({self._name})")
-
-    def _values(self, args, bound):
-        """The arguments as struct values, with the cheap checks: count, kinds, devices."""
-        kinds = self._kinds
-        if len(args) != len(kinds):
-            raise TypeError("count")  # the general path words it
-        values = []
-        for i, kind in enumerate(kinds):
-            arg = args[i]
-            if kind == "ptr":
-                how = _pointer_kind(arg)
-                if how == 1:
-                    where = arg.get_device()
-                    if where != bound.ordinal:
-                        raise _wrong_device(self._name, i, where, bound.ordinal)
-                    values.append(arg.data_ptr())
-                elif how == 2:
-                    pointer = arg.__cuda_array_interface__["data"][0]
-                    where = ctypes.c_int()
-                    if pointer and bound.lib.cuPointerGetAttribute(
-                            ctypes.byref(where), _POINTER_ATTR_DEVICE_ORDINAL, pointer) == 0 \
-                            and where.value != bound.ordinal:
-                        raise _wrong_device(self._name, i, where.value, bound.ordinal)
-                    values.append(pointer)
-                elif how == 3:
-                    values.append(arg)  # a raw CUdeviceptr: the caller vouches for it
-                else:
-                    raise TypeError("pointer")
-            elif type(arg) is bool:
-                raise TypeError("bool")
-            elif kind == "f16":
-                values.append(struct.unpack("<H", struct.pack("<e", float(arg)))[0])
-            elif kind == "bf16":
-                bits = struct.unpack("<I", struct.pack("<f", float(arg)))[0]
-                values.append((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16)
-            else:
-                values.append(arg)
-        return values
+            _check(lib, result, f"cuLaunchKernelEx({self._name})")
 
     def _bind_context(self, device):
         lib, ctx, artifact, function = self._bind(device)

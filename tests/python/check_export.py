@@ -110,24 +110,53 @@ def main(module_path, cases_path, lock_path, expr_path):
     bound = mod._Bound(None, 1, 0, {"sha256": "0" * 64}, 1)
     for _ in range(200):
         args = (FakeTensor(rng.randrange(1, 1 << 48), 0), rng.randrange(-(1 << 31), 1 << 31))
-        struct.pack_into(launcher._format, launcher._slots, 0, *launcher._values(args, bound))
+        launcher._pack_slots(args, bound.ordinal)
         general = b"".join(bytes(c).ljust(8, b"\0") for c in mod._pack("grid", launcher._info, args))
         if bytes(launcher._slots) != general:
             check("the fast path packs what the general path packs", False, args)
     check("the fast path packs what the general path packs (200 random calls)", True)
     for device, place in ((1, "cuda:1"), (-1, "the CPU")):
         try:
-            launcher._values((FakeTensor(1 << 40, device), 5), bound)
+            launcher._pack_slots((FakeTensor(1 << 40, device), 5), bound.ordinal)
             check(f"refuses a tensor on {place}", False)
         except mod.WrongDevice as e:
             check(f"refuses a tensor on {place}: {e}", place in str(e) and "cuda:0" in str(e))
     for args in [(1 << 40,), (object(), 7), (1 << 40, "seven"), (1 << 40, True)]:
         try:
-            struct.pack_into(launcher._format, launcher._slots, 0, *launcher._values(args, bound))
+            launcher._pack_slots(args, bound.ordinal)
             check(f"the fast path does not pack {args!r}", False)
-        except (TypeError, struct.error):
+        except (TypeError, ValueError, struct.error):
             pass
     check("the fast path hands every bad call to the general path's errors", True)
+    # The packer written out for a signature of every slot kind packs what the general
+    # path packs, and one of a single argument unpacks it as one.
+    kinds = list(mod._SLOT_FORMATS)
+    info = {"signature": kinds, "params": [8] * len(kinds)}
+    fmt = "<" + "".join(mod._SLOT_FORMATS[k] for k in kinds)
+    slots = (mod.ctypes.c_uint64 * len(kinds))()
+    pack = mod._slot_packer("every", tuple(kinds), fmt, slots)
+    for _ in range(200):
+        args = []
+        for kind in kinds:
+            if kind == "ptr":
+                args.append(FakeTensor(rng.randrange(1, 1 << 48), 0))
+            elif kind in ("f16", "bf16", "f32", "f64"):
+                args.append(rng.uniform(-1000.0, 1000.0))
+            else:
+                low, high = mod._INT_RANGES[kind]
+                args.append(rng.randrange(low, high))
+        pack(tuple(args), 0)
+        general = b"".join(bytes(c).ljust(8, b"\0") for c in mod._pack("every", info, args))
+        if bytes(slots) != general:
+            check("the written-out packer packs what the general path packs", False, args)
+    check("the written-out packer packs what the general path packs, every slot kind (200 calls)", True)
+    one = mod._slot_packer("one", ("i32",), "<i4x", (mod.ctypes.c_uint64 * 1)())
+    one((7,), 0)
+    try:
+        one((7, 8), 0)
+        check("a one-argument packer refuses two", False)
+    except ValueError:
+        check("a one-argument packer refuses two", True)
 
     # A well-formed call reaches the driver; this machine may not have one.
     try:

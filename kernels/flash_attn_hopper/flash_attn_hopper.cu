@@ -1,0 +1,255 @@
+// FlashAttention forward for Hopper (sm_90a): wgmma for both products, TMA for the tiles.
+//
+// O = softmax(Q K^T / sqrt(D)) V, fp16 Q, K, V, O laid out [batch, heads, seq, D]
+// contiguous, fp32 scores, softmax statistics and accumulation; any seq (tails masked);
+// CAUSAL = 1 masks keys after the query. The same contract as kernels/flash_attn.
+//
+// One block computes BM = 64 * CONSUMERS query rows of one (batch, head). A producer
+// warp issues TMA copies through three tensor maps over [batch * heads, seq, D] (rows
+// past seq read as zeros): this block's Q once, then K and V tiles of BN rows into a
+// ring of STAGES stages (k_full[s] and v_full[s] count their bytes in, empty[s] counts
+// the consumers out). Each consumer warpgroup owns 64 query rows: S = Q K^T by wgmma
+// from shared memory, the online softmax in base 2 on S's registers, then O += P V with
+// P straight from registers (the accumulator's layout is the A operand's, converted to
+// fp16) and V from shared memory. A 64-column chunk of D is one 128-byte swizzle row,
+// so D = 128 tiles are two chunks; each chunk of V is its own N = 64 product.
+#include <cuda.h>
+#include <cuda_fp16.h>
+
+#include <cute/arch/copy_sm90_desc.hpp>
+#include <cute/arch/copy_sm90_tma.hpp>
+#include <cute/arch/mma_sm90.hpp>
+#include <cute/atom/mma_atom.hpp>
+#include <cute/atom/mma_traits_sm90_gmma.hpp>
+#include <cute/tensor.hpp>
+#include <cutlass/arch/barrier.h>
+#include <cutlass/arch/reg_reconfig.h>
+
+using namespace cute;
+
+namespace fa_hopper {
+
+// Registers after the split: few for the producer, the rest for the consumers (the
+// whole file holds 64 K 32-bit registers per SM, one block per SM).
+template <int CONSUMERS>
+struct Registers;
+template <>
+struct Registers<1> {
+  static constexpr int producer = 56, consumer = 256 - 8;  // two warpgroups of 256 threads
+};
+template <>
+struct Registers<2> {
+  static constexpr int producer = 24, consumer = 240;
+};
+template <>
+struct Registers<3> {
+  static constexpr int producer = 32, consumer = 160;
+};
+
+// The max and the sum over the 4 threads of a quad (they share a row of the accumulator).
+__device__ __forceinline__ float quad_max(float x) {
+  x = fmaxf(x, __shfl_xor_sync(0xffffffff, x, 1));
+  return fmaxf(x, __shfl_xor_sync(0xffffffff, x, 2));
+}
+__device__ __forceinline__ float quad_sum(float x) {
+  x += __shfl_xor_sync(0xffffffff, x, 1);
+  return x + __shfl_xor_sync(0xffffffff, x, 2);
+}
+
+}  // namespace fa_hopper
+
+template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL>
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+    flash_attn_hopper(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                      const __grid_constant__ CUtensorMap tma_v, __half *o, int seq) {
+  using T = half_t;
+  constexpr int BM = 64 * CONSUMERS;
+  constexpr int CHUNKS = D / 64;  // 64-column chunks of a row: one 128-byte swizzle row each
+  static_assert(D == 64 || D == 128, "D is 64 or 128");
+  static_assert(BN % 16 == 0 && BN <= 256, "BN is a multiple of 16, at most 256");
+  using Barrier = cutlass::arch::ClusterBarrier;
+  using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
+
+  // Shared memory: Q as CONSUMERS x CHUNKS tiles of 64 x 64, then per stage K and V as
+  // CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte swizzle.
+  extern __shared__ uint8_t dynamic_smem[];
+  T *base = reinterpret_cast<T *>((reinterpret_cast<uintptr_t>(dynamic_smem) + 1023) & ~uintptr_t(1023));
+  T *q_smem = base;
+  T *k_smem = q_smem + BM * D;
+  T *v_smem = k_smem + STAGES * BN * D;
+  __shared__ uint64_t q_full, k_full[STAGES], v_full[STAGES], empty[STAGES];
+
+  // Read through a shuffle so the compiler knows it is the same in the whole warp (wgmma
+  // under a branch it cannot prove uniform gets serialized).
+  const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
+  const int m0 = blockIdx.x * BM, bh = blockIdx.y;
+  const int key_tiles = (seq + BN - 1) / BN;
+  // Causal: the keys up to this block's last query row.
+  const int tiles = CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles;
+
+  if (threadIdx.x == 0) {
+    TxBarrier::init(&q_full, 1);
+    for (int s = 0; s < STAGES; ++s) {
+      TxBarrier::init(&k_full[s], 1);
+      TxBarrier::init(&v_full[s], 1);
+      Barrier::init(&empty[s], CONSUMERS);
+    }
+    cutlass::arch::fence_barrier_init();
+  }
+  __syncthreads();
+
+  if (warpgroup == 0) {
+    cutlass::arch::warpgroup_reg_dealloc<fa_hopper::Registers<CONSUMERS>::producer>();
+    if (threadIdx.x == 0) {
+      TxBarrier::arrive_and_expect_tx(&q_full, BM * D * 2);
+      for (int w = 0; w < CONSUMERS; ++w)
+        for (int c = 0; c < CHUNKS; ++c)
+          SM90_TMA_LOAD_3D::copy(&tma_q, &q_full, 0, q_smem + (w * CHUNKS + c) * 64 * 64, c * 64, m0 + w * 64, bh);
+      for (int t = 0; t < tiles; ++t) {
+        const int s = t % STAGES;
+        if (t >= STAGES) Barrier::wait(&empty[s], ((t / STAGES) - 1) & 1);
+        TxBarrier::arrive_and_expect_tx(&k_full[s], BN * D * 2);
+        for (int c = 0; c < CHUNKS; ++c)
+          SM90_TMA_LOAD_3D::copy(&tma_k, &k_full[s], 0, k_smem + (s * CHUNKS + c) * BN * 64, c * 64, t * BN, bh);
+        TxBarrier::arrive_and_expect_tx(&v_full[s], BN * D * 2);
+        for (int c = 0; c < CHUNKS; ++c)
+          SM90_TMA_LOAD_3D::copy(&tma_v, &v_full[s], 0, v_smem + (s * CHUNKS + c) * BN * 64, c * 64, t * BN, bh);
+      }
+    }
+    return;
+  }
+  cutlass::arch::warpgroup_reg_alloc<fa_hopper::Registers<CONSUMERS>::consumer>();
+
+  const int consumer = warpgroup - 1;
+  const int tid = threadIdx.x % 128;
+  // This thread's rows of the 64-row tile (wgmma's accumulator layout): `row` and row + 8.
+  const int row = (tid / 32) * 16 + (tid / 4) % 8;
+  const int q_row0 = m0 + consumer * 64;
+
+  // S = Q K^T: M = 64, N = BN, K = D, both operands K-major in shared memory.
+  using SOp = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<BN>, Int<D>>>());
+  TiledMMA s_mma = make_tiled_mma(SOp{});
+  auto s_thr = s_mma.get_thread_slice(tid);
+  Tensor sQ = make_tensor(make_smem_ptr(q_smem + consumer * CHUNKS * 64 * 64),
+                          tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
+  Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
+  // O += P V per 64-column chunk: M = 64, N = 64, K = BN; P from registers, V's chunk
+  // MN-major (its rows are K) in shared memory.
+  using OOp = decltype(GMMA::rs_op_selector<T, T, float, Shape<_64, _64, Int<BN>>, GMMA::Major::K,
+                                            GMMA::Major::MN>());
+  TiledMMA o_mma = make_tiled_mma(OOp{});
+  auto o_thr = o_mma.get_thread_slice(tid);
+
+  Tensor acc_s = s_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, Int<BN>{})));
+  using OFragment = decltype(o_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, _64{}))));
+  OFragment acc_o[CHUNKS];
+  CUTE_UNROLL
+  for (int c = 0; c < CHUNKS; ++c) clear(acc_o[c]);
+  // P's registers, shaped as the A operand (only the layout of the tensor passed matters).
+  Tensor tOrP = o_thr.partition_fragment_A(make_tensor(make_gmem_ptr(static_cast<T *>(nullptr)),
+                                                       make_layout(make_shape(_64{}, Int<BN>{}))));
+  static_assert(decltype(size(acc_s))::value == decltype(size(tOrP))::value, "P takes S's registers");
+
+  // Scores in base 2: exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)).
+  const float scale = 1.44269504088896340736f * rsqrtf(float(D));
+  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+
+  TxBarrier::wait(&q_full, 0);
+  for (int t = 0; t < tiles; ++t) {
+    const int s = t % STAGES;
+    const int phase = (t / STAGES) & 1;
+    Tensor sK = make_tensor(make_smem_ptr(k_smem + s * CHUNKS * BN * 64),
+                            tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(Int<BN>{}, Int<D>{})));
+    Tensor tSrK = s_thr.make_fragment_B(s_thr.partition_B(sK));
+    TxBarrier::wait(&k_full[s], phase);
+    warpgroup_fence_operand(acc_s);
+    warpgroup_arrive();
+    s_mma.accumulate_ = GMMA::ScaleOut::Zero;
+    CUTE_UNROLL
+    for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
+      gemm(s_mma, tSrQ(_, _, kb), tSrK(_, _, kb), acc_s);
+      s_mma.accumulate_ = GMMA::ScaleOut::One;
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    warpgroup_fence_operand(acc_s);
+
+    // Mask keys past seq, and (causal) keys after the query, only in tiles that have any.
+    const int k0 = t * BN;
+    const bool tail = k0 + BN > seq;
+    const bool diagonal = CAUSAL && k0 + BN - 1 > q_row0;
+    if (tail || diagonal) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_s); ++i) {
+        const int r = q_row0 + row + 8 * ((i / 2) % 2);
+        const int col = k0 + 8 * (i / 4) + 2 * (tid % 4) + i % 2;
+        if (col >= seq || (CAUSAL && col > r)) acc_s(i) = -INFINITY;
+      }
+    }
+    // The online softmax, two rows per thread (value i belongs to row (i / 2) % 2).
+    float tile_max[2] = {-INFINITY, -INFINITY};
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_s); ++i) tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], acc_s(i));
+    float rescale[2], shift[2];
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float new_max = fmaxf(row_max[h], fa_hopper::quad_max(tile_max[h]) * scale);
+      // A row with every key masked so far keeps max -inf: shift by 0 so exp2 gives 0.
+      shift[h] = new_max == -INFINITY ? 0.f : new_max;
+      rescale[h] = exp2f(row_max[h] - shift[h]);
+      row_max[h] = new_max;
+      row_sum[h] *= rescale[h];
+    }
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_s); ++i) {
+      const int h = (i / 2) % 2;
+      const float p = exp2f(acc_s(i) * scale - shift[h]);
+      row_sum[h] += p;
+      tOrP(i) = T(p);
+    }
+    CUTE_UNROLL
+    for (int c = 0; c < CHUNKS; ++c) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_o[c]); ++i) acc_o[c](i) *= rescale[(i / 2) % 2];
+      warpgroup_fence_operand(acc_o[c]);
+    }
+
+    TxBarrier::wait(&v_full[s], phase);
+    warpgroup_arrive();
+    CUTE_UNROLL
+    for (int c = 0; c < CHUNKS; ++c) {
+      Tensor sV = make_tensor(make_smem_ptr(v_smem + (s * CHUNKS + c) * BN * 64),
+                              tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(_64{}, Int<BN>{})));
+      Tensor tOrV = o_thr.make_fragment_B(o_thr.partition_B(sV));
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(o_mma, tOrP(_, _, kb), tOrV(_, _, kb), acc_o[c]);
+    }
+    warpgroup_commit_batch();
+    warpgroup_wait<0>();
+    CUTE_UNROLL
+    for (int c = 0; c < CHUNKS; ++c) warpgroup_fence_operand(acc_o[c]);
+    if (tid == 0) Barrier::arrive(&empty[s]);
+  }
+
+  // O / l, fp16, rows past seq not written. Value i of chunk c: row (i / 2) % 2, column
+  // c * 64 + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
+  float inverse[2];
+  CUTE_UNROLL
+  for (int h = 0; h < 2; ++h) {
+    const float sum = fa_hopper::quad_sum(row_sum[h]);
+    inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
+  }
+  CUTE_UNROLL
+  for (int c = 0; c < CHUNKS; ++c) {
+    CUTE_UNROLL
+    for (int i = 0; i < size(acc_o[c]); i += 2) {
+      const int h = (i / 2) % 2;
+      const int r = q_row0 + row + 8 * h;
+      if (r < seq) {
+        const int col = c * 64 + 8 * (i / 4) + 2 * (tid % 4);
+        const __half2 pair = __floats2half2_rn(acc_o[c](i) * inverse[h], acc_o[c](i + 1) * inverse[h]);
+        *reinterpret_cast<__half2 *>(o + (size_t(bh) * seq + r) * D + col) = pair;
+      }
+    }
+  }
+}

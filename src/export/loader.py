@@ -329,7 +329,7 @@ _DEFAULT_SHARED_LIMIT = 48 * 1024
 
 
 def _cuda():
-    global _driver
+    global _driver, _get_context, _launch_ex
     with _lock:
         if _driver is None:
             names = ["nvcuda.dll"] if sys.platform == "win32" else ["libcuda.so.1", "libcuda.so"]
@@ -346,6 +346,7 @@ def _cuda():
                 )
             _declare(lib)
             _check(lib, lib.cuInit(0), "cuInit")
+            _get_context, _launch_ex = _unchecked(lib, "cuCtxGetCurrent"), _unchecked(lib, "cuLaunchKernelEx")
             _driver = lib
         return _driver
 
@@ -379,17 +380,15 @@ def _declare(lib):
         lib.cuFuncLoad.argtypes, lib.cuFuncLoad.restype = [p], i
 
 
-_raw = {}
-
-
-def _unchecked(name):
+def _unchecked(lib, name):
     """Driver function `name` without argtypes, for arguments already converted to
     ctypes: ctypes' per-call conversion costs about as much as a launch itself."""
-    fn = _raw.get(name)
-    if fn is None:
-        fn = _raw[name] = _cuda()[name]  # indexing makes a new function object
-        fn.restype = ctypes.c_int
+    fn = lib[name]  # indexing makes a new function object
+    fn.restype = ctypes.c_int
     return fn
+
+
+_get_context = _launch_ex = None  # cuCtxGetCurrent and cuLaunchKernelEx, unchecked
 
 
 def _check(lib, result, call):
@@ -872,10 +871,8 @@ class Launcher:
         stream), in thread-block clusters of `cluster` blocks if given (through
         cuLaunchKernelEx). A tensor or array on another GPU than the launch's is refused
         before anything reaches the driver."""
-        g = (grid, 1, 1) if type(grid) is int and grid > 0 else _dims(grid, "grid")
-        b = (block, 1, 1) if type(block) is int and block > 0 else _dims(block, "block")
         if cluster is not None:
-            c = _dims(cluster, "cluster")
+            g, b, c = _dims(grid, "grid"), _dims(block, "block"), _dims(cluster, "cluster")
             if any(gi % ci for gi, ci in zip(g, c)):
                 raise ValueError(f"{self._name}: grid {g} is not a whole number of clusters {c}")
             lib = _cuda()
@@ -883,23 +880,22 @@ class Launcher:
                 lib.cuCtxGetCurrent(ctypes.byref(self._ctx))
                 bound = self._bound.get(self._ctx.value) or self._bind_context(device)
                 return self._launch_general(bound, g, b, args, shared_mem, stream, c)
-        lib = _driver
-        if lib is None:
+        if _driver is None:
             # The first launch in this process: every argument is checked before the
             # driver is even loaded (the general path raises the exact error).
+            _dims(grid, "grid"), _dims(block, "block")
             _pack(self._name, self._info, args)
-            lib = _cuda()
+            _cuda()
         with self._mutex:
-            _unchecked("cuCtxGetCurrent")(self._ctx_ref)
+            _get_context(self._ctx_ref)
             bound = self._bound.get(self._ctx.value)
             if bound is None or self._kinds is None:
                 bound = self._bind_context(device)
                 if self._kinds is None:
-                    return self._launch_general(bound, g, b, args, shared_mem, stream)
-            if shared_mem > bound.shared_allowed:
-                self._allow_shared(bound, shared_mem)
+                    return self._launch_general(bound, _dims(grid, "grid"), _dims(block, "block"), args,
+                                                shared_mem, stream)
             if stream is None:
-                reader = _raw_stream_reader()
+                reader = _stream_reader or _raw_stream_reader()
                 stream = reader(bound.ordinal) if reader else 0
             elif type(stream) is not int:
                 stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
@@ -910,18 +906,28 @@ class Launcher:
             except (struct.error, TypeError, OverflowError, ValueError):
                 # The general path says exactly what is wrong (or packs what struct
                 # refuses to, such as a float beyond f32's range, as ctypes would).
-                return self._launch_general(bound, g, b, args, shared_mem, stream)
-            key = (g, b, shared_mem, stream)
-            call = bound.calls.get(key)
+                return self._launch_general(bound, _dims(grid, "grid"), _dims(block, "block"), args,
+                                            shared_mem, stream)
+            # Keyed as the caller wrote grid and block: a repeated launch validates
+            # nothing it validated before.
+            try:
+                call = bound.calls.get((grid, block, shared_mem, stream))
+            except TypeError:  # lists
+                grid, block = _dims(grid, "grid"), _dims(block, "block")
+                call = bound.calls.get((grid, block, shared_mem, stream))
             if call is None:
+                g, b = _dims(grid, "grid"), _dims(block, "block")
+                if shared_mem > bound.shared_allowed:
+                    self._allow_shared(bound, shared_mem)
                 if len(bound.calls) > 256:
                     bound.calls.clear()
                 u3 = ctypes.c_uint * 3
                 config = _LaunchConfig(u3(*g), u3(*b), shared_mem, stream or None, None, 0)
-                call = bound.calls[key] = (ctypes.byref(config), ctypes.c_void_p(bound.function), self._params, None)
-            result = _unchecked("cuLaunchKernelEx")(*call)
+                call = bound.calls[(grid, block, shared_mem, stream)] = (
+                    ctypes.byref(config), ctypes.c_void_p(bound.function), self._params, None)
+            result = _launch_ex(*call)
         if result:
-            _check(lib, result, f"cuLaunchKernelEx({self._name})")
+            _check(_driver, result, f"cuLaunchKernelEx({self._name})")
 
     def _bind_context(self, device):
         lib, ctx, artifact, function = self._bind(device)

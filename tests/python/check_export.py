@@ -93,6 +93,12 @@ def main(module_path, cases_path, lock_path, expr_path):
             check(f"refuses {what}", False)
         except error as e:
             check(f"refuses {what}: {e}", mod._driver is None)
+    for grid, block in (((0,), (32,)), ((1,), [32, 0]), ((1, 1, 1, 1), 32)):
+        try:
+            launcher(grid, block, 1 << 40, 5)
+            check(f"refuses grid {grid}, block {block}", False)
+        except ValueError as e:
+            check(f"refuses grid {grid}, block {block} before the driver: {e}", mod._driver is None)
     # The fast path (a declared signature): one struct format into reused slots. Its
     # bytes equal the general path's, and it refuses a tensor on another device.
     import struct

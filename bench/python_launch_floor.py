@@ -64,11 +64,14 @@ def main(module_path, n=20000):
     raw_ex.restype = ctypes.c_int
     config = bk._LaunchConfig((u * 3)(grid, 1, 1), (u * 3)(block, 1, 1), 0, stream or None, None, 0)
     config_ref, function_ref = ctypes.byref(config), ctypes.c_void_p(function)
+    held = ctypes.PyDLL("libcuda.so.1").cuLaunchKernelEx  # calls that keep the GIL
+    held.restype = ctypes.c_int
     ctx = ctypes.c_void_p()
     ctx_ref = ctypes.byref(ctx)
     get_current = ctypes.CDLL("libcuda.so.1").cuCtxGetCurrent
     get_current.restype = ctypes.c_int
     args = (x, y, 2.0, 1.0, size)
+    xp, yp = x.data_ptr(), y.data_ptr()  # the rows that pack write real pointers: later rows launch them
     artifact = bound.artifact
     rows = [
         ("the launcher's whole call", lambda: axpb(grid, block, x, y, 2.0, 1.0, size)),
@@ -77,12 +80,15 @@ def main(module_path, n=20000):
         ("cuLaunchKernel alone, pre-converted, no argtypes", lambda: raw(*converted)),
         ("cuLaunchKernelEx alone, pre-built config, no argtypes",
          lambda: raw_ex(config_ref, function_ref, params, None)),
+        ("cuLaunchKernelEx alone, pre-built config, through PyDLL (the GIL kept)",
+         lambda: held(config_ref, function_ref, params, None)),
         ("cuCtxGetCurrent (argtypes, byref per call)", lambda: lib.cuCtxGetCurrent(ctypes.byref(ctx))),
         ("cuCtxGetCurrent (no argtypes, pointer built once)", lambda: get_current(ctx_ref)),
         ("torch._C._cuda_getDevice", lambda: torch._C._cuda_getDevice()),
         ("torch._C._cuda_getCurrentRawStream", lambda: torch._C._cuda_getCurrentRawStream(0)),
         ("argument checks and packing (the written-out packer)", lambda: axpb._pack_slots(args, 0)),
-        ("struct.pack_into alone", lambda: struct.pack_into(axpb._format, axpb._slots, 0, 1, 2, 2.0, 1.0, size)),
+        ("struct.pack_into alone", lambda: struct.pack_into(axpb._format, axpb._slots, 0, xp, yp, 2.0, 1.0, size)),
+        ("a lock taken and released", lambda: (axpb._mutex.acquire(), axpb._mutex.release())),
         ("an empty lambda", lambda: None),
     ]
     try:

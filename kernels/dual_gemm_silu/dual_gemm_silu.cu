@@ -29,7 +29,7 @@ using namespace cute;
 // With one consumer warpgroup, two blocks share an SM (their k-loops drift apart, so one
 // block's wgmma runs while the other drains and promotes): 128 registers per thread at
 // entry, then 40 for the producer and 216 for the consumer, two blocks in 64 K.
-template <int BM, int BN, int STAGES, int CONSUMERS, int PROMOTE, int STAGGER>
+template <int BM, int BN, int STAGES, int CONSUMERS, int PROMOTE, int STAGGER, int SERIAL>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     dual_gemm_silu(const __grid_constant__ CUtensorMap tma_a, const __grid_constant__ CUtensorMap tma_b1,
                    const __grid_constant__ CUtensorMap tma_b2, const float *scale_a, const float *scale_b1,
@@ -65,7 +65,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
 
   if (warpgroup == 0) {
     // The producer: one thread, a few registers.
-    cutlass::arch::warpgroup_reg_dealloc<40>();
+    cutlass::arch::warpgroup_reg_dealloc<CONSUMERS == 1 ? 40 : 24>();
     if (threadIdx.x == 0) {
       for (int t = 0; t < tiles; ++t) {
         const int s = t % STAGES;
@@ -78,7 +78,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     }
     return;
   }
-  cutlass::arch::warpgroup_reg_alloc<216>();
+  cutlass::arch::warpgroup_reg_alloc<CONSUMERS == 1 ? 216 : 240>();
 
   // This consumer's 64 rows of the A ring; both B rings whole.
   const int row0 = (warpgroup - 1) * 64;
@@ -111,7 +111,45 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   auto release = [&](int stage) {
     if (threadIdx.x % 128 == 0) Barrier::arrive(&empty[stage]);
   };
-  if constexpr (STAGGER) {
+  if constexpr (SERIAL) {
+    // The two products one after the other through one set of partial sums: per k-tile,
+    // product 1's batch, drain, add into acc1, then product 2's, drain, add into acc2.
+    // Three accumulators instead of four make BN = 128 fit; with STAGGER the second
+    // consumer runs the products in the other order, so the two drain in turn.
+    static_assert(PROMOTE == 1, "serial products promote once per k-tile");
+    auto mainloop = [&](auto first_c) {
+      constexpr int first = decltype(first_c)::value;
+      for (int t = 0; t < tiles; ++t) {
+        const int s = t % STAGES;
+        Tensor tCrA = thr.make_fragment_A(thr.partition_A(a_stage(s)));
+        Tensor tCrB1 = thr.make_fragment_B(thr.partition_B(b_stage(b1_smem, s)));
+        Tensor tCrB2 = thr.make_fragment_B(thr.partition_B(b_stage(b2_smem, s)));
+        Barrier::wait(&full[s], (t / STAGES) & 1);
+        CUTE_UNROLL
+        for (int product = 0; product < 2; ++product) {
+          const bool second = (product ^ first) == 1;
+          warpgroup_fence_operand(part1);
+          warpgroup_arrive();
+          CUTE_UNROLL
+          for (int kb = 0; kb < size<2>(tCrA); ++kb) {
+            mma.accumulate_ = kb == 0 ? GMMA::ScaleOut::Zero : GMMA::ScaleOut::One;
+            gemm(mma, tCrA(_, _, kb), second ? tCrB2(_, _, kb) : tCrB1(_, _, kb), part1);
+          }
+          warpgroup_commit_batch();
+          warpgroup_wait<0>();
+          warpgroup_fence_operand(part1);
+          auto &acc = second ? acc2 : acc1;
+          CUTE_UNROLL
+          for (int i = 0; i < size(acc1); ++i) acc(i) += part1(i);
+        }
+        release(s);
+      }
+    };
+    if (warpgroup == 1 || !STAGGER)
+      mainloop(Int<0>{});
+    else
+      mainloop(Int<1>{});
+  } else if constexpr (STAGGER) {
     // Staggered windows: every consumer promotes after 4 k-steps of 32 (one k-tile's
     // worth, the same accuracy), but the second consumer's windows start half a k-tile
     // later, so while one warpgroup drains its wgmma and adds its partial sums, the

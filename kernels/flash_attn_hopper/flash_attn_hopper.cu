@@ -11,8 +11,12 @@
 // the consumers out). Each consumer warpgroup owns 64 query rows: S = Q K^T by wgmma
 // from shared memory, the online softmax in base 2 on S's registers, then O += P V with
 // P straight from registers (the accumulator's layout is the A operand's, converted to
-// fp16) and V from shared memory. A 64-column chunk of D is one 128-byte swizzle row,
-// so D = 128 tiles are two chunks; each chunk of V is its own N = 64 product.
+// fp16) and V from shared memory. Within a warpgroup the tiles are pipelined: S of
+// tile t is issued before O += P V of tile t - 1, and the softmax of tile t runs while
+// the tensor cores do that product. A 64-column chunk of D is one 128-byte swizzle
+// row, so D = 128 tiles are two chunks; each chunk of V is its own N = 64 product.
+// With one consumer warpgroup two blocks share an SM (one's loads and epilogue under
+// the other's math).
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -34,8 +38,8 @@ namespace fa_hopper {
 template <int CONSUMERS>
 struct Registers;
 template <>
-struct Registers<1> {
-  static constexpr int producer = 56, consumer = 256 - 8;  // two warpgroups of 256 threads
+struct Registers<1> {  // two blocks per SM
+  static constexpr int producer = 40, consumer = 216;
 };
 template <>
 struct Registers<2> {
@@ -59,7 +63,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 }  // namespace fa_hopper
 
 template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL>
-__global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
+__global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     flash_attn_hopper(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                       const __grid_constant__ CUtensorMap tma_v, __half *o, int seq) {
   using T = half_t;
@@ -154,16 +158,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
   const float scale = 1.44269504088896340736f * rsqrtf(float(D));
   float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
 
-  TxBarrier::wait(&q_full, 0);
-  for (int t = 0; t < tiles; ++t) {
+  // One k-tile's steps, as lambdas over its index: S = Q K^T issued (not waited for);
+  // the softmax of a finished S (masks, running max and sum, P left in S's registers
+  // as fp32); O += P V issued; O rescaled and P converted to fp16 once that is done.
+  auto issue_s = [&](int t) {
     const int s = t % STAGES;
-    const int phase = (t / STAGES) & 1;
     Tensor sK = make_tensor(make_smem_ptr(k_smem + s * CHUNKS * BN * 64),
                             tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(Int<BN>{}, Int<D>{})));
     Tensor tSrK = s_thr.make_fragment_B(s_thr.partition_B(sK));
-    TxBarrier::wait(&k_full[s], phase);
-    warpgroup_fence_operand(acc_s);
-    warpgroup_arrive();
+    TxBarrier::wait(&k_full[s], (t / STAGES) & 1);
     s_mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
@@ -171,14 +174,25 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
       s_mma.accumulate_ = GMMA::ScaleOut::One;
     }
     warpgroup_commit_batch();
-    warpgroup_wait<0>();
-    warpgroup_fence_operand(acc_s);
-
+  };
+  auto issue_o = [&](int t) {
+    const int s = t % STAGES;
+    TxBarrier::wait(&v_full[s], (t / STAGES) & 1);
+    CUTE_UNROLL
+    for (int c = 0; c < CHUNKS; ++c) {
+      Tensor sV = make_tensor(make_smem_ptr(v_smem + (s * CHUNKS + c) * BN * 64),
+                              tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(_64{}, Int<BN>{})));
+      Tensor tOrV = o_thr.make_fragment_B(o_thr.partition_B(sV));
+      CUTE_UNROLL
+      for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(o_mma, tOrP(_, _, kb), tOrV(_, _, kb), acc_o[c]);
+    }
+    warpgroup_commit_batch();
+  };
+  float rescale[2];
+  auto softmax = [&](int t) {
     // Mask keys past seq, and (causal) keys after the query, only in tiles that have any.
     const int k0 = t * BN;
-    const bool tail = k0 + BN > seq;
-    const bool diagonal = CAUSAL && k0 + BN - 1 > q_row0;
-    if (tail || diagonal) {
+    if (k0 + BN > seq || (CAUSAL && k0 + BN - 1 > q_row0)) {
       CUTE_UNROLL
       for (int i = 0; i < size(acc_s); ++i) {
         const int r = q_row0 + row + 8 * ((i / 2) % 2);
@@ -186,11 +200,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
         if (col >= seq || (CAUSAL && col > r)) acc_s(i) = -INFINITY;
       }
     }
-    // The online softmax, two rows per thread (value i belongs to row (i / 2) % 2).
+    // Two rows per thread: value i belongs to row (i / 2) % 2.
     float tile_max[2] = {-INFINITY, -INFINITY};
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) tile_max[(i / 2) % 2] = fmaxf(tile_max[(i / 2) % 2], acc_s(i));
-    float rescale[2], shift[2];
+    float shift[2];
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
       const float new_max = fmaxf(row_max[h], fa_hopper::quad_max(tile_max[h]) * scale);
@@ -203,33 +217,54 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), 1)
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) {
       const int h = (i / 2) % 2;
-      const float p = exp2f(acc_s(i) * scale - shift[h]);
-      row_sum[h] += p;
-      tOrP(i) = T(p);
+      acc_s(i) = exp2f(acc_s(i) * scale - shift[h]);
+      row_sum[h] += acc_s(i);
     }
+  };
+  auto rescale_o_and_convert_p = [&]() {
     CUTE_UNROLL
     for (int c = 0; c < CHUNKS; ++c) {
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o[c]); ++i) acc_o[c](i) *= rescale[(i / 2) % 2];
-      warpgroup_fence_operand(acc_o[c]);
     }
-
-    TxBarrier::wait(&v_full[s], phase);
-    warpgroup_arrive();
     CUTE_UNROLL
-    for (int c = 0; c < CHUNKS; ++c) {
-      Tensor sV = make_tensor(make_smem_ptr(v_smem + (s * CHUNKS + c) * BN * 64),
-                              tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(_64{}, Int<BN>{})));
-      Tensor tOrV = o_thr.make_fragment_B(o_thr.partition_B(sV));
-      CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(o_mma, tOrP(_, _, kb), tOrV(_, _, kb), acc_o[c]);
-    }
-    warpgroup_commit_batch();
-    warpgroup_wait<0>();
+    for (int i = 0; i < size(acc_s); ++i) tOrP(i) = T(acc_s(i));
+  };
+  auto fence_all = [&]() {
+    warpgroup_fence_operand(acc_s);
     CUTE_UNROLL
     for (int c = 0; c < CHUNKS; ++c) warpgroup_fence_operand(acc_o[c]);
-    if (tid == 0) Barrier::arrive(&empty[s]);
+  };
+
+  // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
+  // t - 1, so the softmax of tile t runs while the tensor cores do that product.
+  TxBarrier::wait(&q_full, 0);
+  fence_all();
+  warpgroup_arrive();
+  issue_s(0);
+  warpgroup_wait<0>();
+  fence_all();
+  softmax(0);
+  rescale_o_and_convert_p();
+  for (int t = 1; t < tiles; ++t) {
+    fence_all();
+    warpgroup_arrive();
+    issue_s(t);
+    issue_o(t - 1);
+    warpgroup_wait<1>();  // S of tile t
+    warpgroup_fence_operand(acc_s);
+    softmax(t);
+    warpgroup_wait<0>();  // O += P V of tile t - 1: its K and V go back
+    fence_all();
+    if (tid == 0) Barrier::arrive(&empty[(t - 1) % STAGES]);
+    rescale_o_and_convert_p();
   }
+  fence_all();
+  warpgroup_arrive();
+  issue_o(tiles - 1);
+  warpgroup_wait<0>();
+  fence_all();
+  if (tid == 0) Barrier::arrive(&empty[(tiles - 1) % STAGES]);
 
   // O / l, fp16, rows past seq not written. Value i of chunk c: row (i / 2) % 2, column
   // c * 64 + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.

@@ -5,6 +5,8 @@ from an exported module, on a GPU machine:
     kart export --python -o fa_kernels.py flash_attn        # the mma.sync kernel, tuned
     python3 bench/flash_attn_hopper.py check fa_hopper.py
     python3 bench/flash_attn_hopper.py bench fa_hopper.py fa_kernels.py [--runs 30]
+    python3 bench/flash_attn_hopper.py run fa_hopper.py --config BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1 \
+        --problem 32,32,512,128,1 --runs 3    # one config, for a profiler
 
 `check`: every config on seq in {1, 17, 128, 500, 512, 2048} (batch x heads = 3), its
 head dim and causality, output poisoned with NaN first, against float64 attention;
@@ -155,16 +157,33 @@ def bench(mod, fa, runs):
               f" {tf['hopper'] / tf['cuDNN']:7.2f}  {rel:8.1e}", flush=True)
 
 
+def run(mod, config, problem, times):
+    """One config on one problem `times` times (for a profiler to pick a launch)."""
+    b, h, s, d, causal = problem
+    config = {**{k: int(v) for k, v in (kv.split("=") for kv in config.split(","))}, "HEAD_DIM": d, "CAUSAL": causal}
+    q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+    o = torch.empty_like(q)
+    launch = Hopper(mod, mod.load("flash_attn_hopper", **config), q, k, v, o, causal)
+    for _ in range(times):
+        launch()
+    torch.cuda.synchronize()
+
+
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("what", choices=["check", "bench"])
+    ap.add_argument("what", choices=["check", "bench", "run"])
     ap.add_argument("module")
     ap.add_argument("mma_module", nargs="?")
     ap.add_argument("--runs", type=int, default=30)
+    ap.add_argument("--config", help="run: BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1")
+    ap.add_argument("--problem", help="run: B,H,S,D,causal")
     args = ap.parse_args()
     mod = load(args.module, "fa_hopper")
     if args.what == "check":
         raise SystemExit(0 if check(mod) else 1)
+    if args.what == "run":
+        run(mod, args.config, tuple(int(x) for x in args.problem.split(",")), args.runs)
+        return
     bench(mod, load(args.mma_module, "fa_kernels"), args.runs)
 
 

@@ -449,7 +449,9 @@ pub fn median_time_us(
         let start = ctx.new_event(timing).map_err(driver("cuEventCreate"))?;
         let end = ctx.new_event(timing).map_err(driver("cuEventCreate"))?;
         if let Some(buffer) = flush.as_mut() {
-            stream.memset_zeros(buffer).map_err(driver("cuMemsetD8Async"))?;
+            stream
+                .memset_zeros(buffer)
+                .map_err(driver("cuMemsetD8Async"))?;
         }
         start.record(&stream).map_err(driver("cuEventRecord"))?;
         launch(settings.warmup + i)?;

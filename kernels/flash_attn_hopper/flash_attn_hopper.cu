@@ -11,9 +11,9 @@
 // the consumers out). Each consumer warpgroup owns 64 query rows: S = Q K^T by wgmma
 // from shared memory, the online softmax in base 2 on S's registers, then O += P V with
 // P straight from registers (the accumulator's layout is the A operand's, converted to
-// fp16) and V from shared memory. Within a warpgroup the tiles are pipelined: S of
-// tile t is issued before O += P V of tile t - 1, and the softmax of tile t runs while
-// the tensor cores do that product. A 64-column chunk of D is one 128-byte swizzle
+// fp16) and V from shared memory. With PIPELINE the tiles are pipelined within a
+// warpgroup: S of tile t is issued before O += P V of tile t - 1, and the softmax of
+// tile t runs while the tensor cores do that product. A 64-column chunk of D is one 128-byte swizzle
 // row, so D = 128 tiles are two chunks; each chunk of V is its own N = 64 product.
 // With one consumer warpgroup two blocks share an SM (one's loads and epilogue under
 // the other's math).
@@ -62,7 +62,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace fa_hopper
 
-template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL>
+template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     flash_attn_hopper(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                       const __grid_constant__ CUtensorMap tma_v, __half *o, int seq) {
@@ -236,35 +236,55 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     for (int c = 0; c < CHUNKS; ++c) warpgroup_fence_operand(acc_o[c]);
   };
 
-  // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
-  // t - 1, so the softmax of tile t runs while the tensor cores do that product.
   TxBarrier::wait(&q_full, 0);
-  fence_all();
-  warpgroup_arrive();
-  issue_s(0);
-  warpgroup_wait<0>();
-  fence_all();
-  softmax(0);
-  rescale_o_and_convert_p();
-  for (int t = 1; t < tiles; ++t) {
+  if constexpr (PIPELINE) {
+    // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
+    // t - 1, so the softmax of tile t runs while the tensor cores do that product.
     fence_all();
     warpgroup_arrive();
-    issue_s(t);
-    issue_o(t - 1);
-    warpgroup_wait<1>();  // S of tile t
-    warpgroup_fence_operand(acc_s);
-    softmax(t);
-    warpgroup_wait<0>();  // O += P V of tile t - 1: its K and V go back
+    issue_s(0);
+    warpgroup_wait<0>();
     fence_all();
-    if (tid == 0) Barrier::arrive(&empty[(t - 1) % STAGES]);
+    softmax(0);
     rescale_o_and_convert_p();
+    for (int t = 1; t < tiles; ++t) {
+      fence_all();
+      warpgroup_arrive();
+      issue_s(t);
+      issue_o(t - 1);
+      warpgroup_wait<1>();  // S of tile t
+      warpgroup_fence_operand(acc_s);
+      softmax(t);
+      warpgroup_wait<0>();  // O += P V of tile t - 1: its K and V go back
+      fence_all();
+      if (tid == 0) Barrier::arrive(&empty[(t - 1) % STAGES]);
+      rescale_o_and_convert_p();
+    }
+    fence_all();
+    warpgroup_arrive();
+    issue_o(tiles - 1);
+    warpgroup_wait<0>();
+    fence_all();
+    if (tid == 0) Barrier::arrive(&empty[(tiles - 1) % STAGES]);
+  } else {
+    // One tile at a time: S, its softmax, O += P V; the other consumer warpgroups (and
+    // with one consumer, the other block on the SM) fill the tensor cores meanwhile.
+    for (int t = 0; t < tiles; ++t) {
+      fence_all();
+      warpgroup_arrive();
+      issue_s(t);
+      warpgroup_wait<0>();
+      fence_all();
+      softmax(t);
+      rescale_o_and_convert_p();
+      fence_all();
+      warpgroup_arrive();
+      issue_o(t);
+      warpgroup_wait<0>();
+      fence_all();
+      if (tid == 0) Barrier::arrive(&empty[t % STAGES]);
+    }
   }
-  fence_all();
-  warpgroup_arrive();
-  issue_o(tiles - 1);
-  warpgroup_wait<0>();
-  fence_all();
-  if (tid == 0) Barrier::arrive(&empty[(tiles - 1) % STAGES]);
 
   // O / l, fp16, rows past seq not written. Value i of chunk c: row (i / 2) % 2, column
   // c * 64 + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.

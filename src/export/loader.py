@@ -232,15 +232,32 @@ def evaluate(text, env):
 
 
 _parsed = {}
+_sm_counts = {}  # device argument -> multiprocessors
+_ATTR_MULTIPROCESSORS = 16
 
 
-def _geometry(kernel, config, problem):
+def _multiprocessors(device):
+    count = _sm_counts.get(device)
+    if count is None:
+        lib = _cuda()
+        _, ordinal = _current_context(lib, device)
+        dev, value = ctypes.c_int(), ctypes.c_int()
+        _check(lib, lib.cuDeviceGet(ctypes.byref(dev), ordinal), "cuDeviceGet")
+        _check(lib, lib.cuDeviceGetAttribute(ctypes.byref(value), _ATTR_MULTIPROCESSORS, dev), "cuDeviceGetAttribute")
+        count = _sm_counts[device] = value.value
+    return count
+
+
+def _geometry(kernel, config, problem, device=0):
     """(grid, block, shared_mem) from the kernel's [launch] over a config (params and
-    derived params, which win) and a problem."""
-    env = {**problem, **config}
+    derived params, which win) and a problem. `SMS` is the multiprocessor count of GPU
+    `device` unless the problem names it (persistent kernels size their grid by it)."""
     spec = _LAUNCH.get(kernel)
     if spec is None:
         raise KartError(f"{kernel} declares no [launch] in its kernel.toml: pass grid and block yourself")
+    if "SMS" not in problem and any("SMS" in text for text in [*spec["grid"], *spec["block"], spec["shared_mem"]]):
+        problem = {**problem, "SMS": _multiprocessors(device)}
+    env = {**problem, **config}
     trees = _parsed.get(kernel)
     if trees is None:
         trees = _parsed[kernel] = (
@@ -975,17 +992,17 @@ class Launcher:
 
     def dims(self, **problem):
         """(grid, block, shared_mem) that the kernel's [launch] computes for this config
-        and `problem` (named ints: B=8, H=16, S=512, ...)."""
+        and `problem` (named ints: B=8, H=16, S=512, ...), on GPU 0 (for `SMS`)."""
         return _geometry(self.kernel, self._env, problem)
 
     def launch(self, *args, problem, stream=None, device=0):
         """Launch with the geometry [launch] computes for `problem` (a dict of named
         ints): no grid, block or shared-memory arithmetic in the caller. The geometry of
         a repeated problem is a dictionary hit."""
-        key = tuple(problem.items())
+        key = (device, *problem.items())
         geometry = self._geometry.get(key)
         if geometry is None:
-            geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem)
+            geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem, device)
         grid, block, shared = geometry
         self(grid, block, *args, shared_mem=shared, stream=stream, device=device)
 

@@ -207,6 +207,8 @@ pub struct LoadedArtifact {
     pub timings: LoadTimings,
     /// The kernel's `[launch]` geometry, when the lock records one.
     pub launch: Option<crate::build::grid::LaunchSpec>,
+    /// The multiprocessors of the GPU it was loaded on (`SMS` in `[launch]`).
+    pub multiprocessors: u32,
 }
 
 impl LoadedArtifact {
@@ -235,8 +237,15 @@ impl LoadedArtifact {
     }
 
     /// The grid, block and dynamic shared memory the kernel's `[launch]` computes for
-    /// this config and `problem` (named integers: `B`, `H`, `S`, …).
+    /// this config and `problem` (named integers: `B`, `H`, `S`, …). `SMS` is the GPU's
+    /// multiprocessor count unless the problem names it (persistent kernels size their
+    /// grid by it).
     pub fn dims(&self, problem: &crate::tune::Problem) -> Result<LaunchDims> {
+        if !problem.contains_key("SMS") {
+            let mut with = problem.clone();
+            with.insert("SMS".into(), i64::from(self.multiprocessors));
+            return self.dims(&with);
+        }
         let Some(spec) = &self.launch else {
             return Err(Error::usage(
                 format!(
@@ -577,6 +586,8 @@ pub struct Gpu {
     pub name: String,
     /// The CUDA version its driver supports (13000).
     pub driver_version: i32,
+    /// Its streaming multiprocessors (132 on an H100 or H200 SXM): `SMS` in `[launch]`.
+    pub multiprocessors: u32,
     policy: JitPolicy,
     loaded: RwLock<LoadedMap>,
 }
@@ -597,6 +608,9 @@ impl Gpu {
             .compute_capability()
             .map_err(driver_err("cuDeviceGetAttribute"))?;
         let name = ctx.name().map_err(driver_err("cuDeviceGetName"))?;
+        let multiprocessors = ctx
+            .attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)
+            .map_err(driver_err("cuDeviceGetAttribute"))? as u32;
         Ok(Gpu {
             ctx,
             capability: Capability {
@@ -605,6 +619,7 @@ impl Gpu {
             },
             name,
             driver_version,
+            multiprocessors,
             policy: JitPolicy::Forbid,
             loaded: RwLock::new(HashMap::new()),
         })
@@ -769,6 +784,7 @@ impl Gpu {
             module,
             functions,
             launch: None,
+            multiprocessors: self.multiprocessors,
             timings: LoadTimings {
                 read: read_and_verify,
                 load: t1 - t0,

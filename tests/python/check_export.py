@@ -76,6 +76,21 @@ def main(module_path, cases_path, lock_path, expr_path):
         check("a problem lacking a key is refused", False)
     except mod.ExprError as e:
         check("a problem lacking a key is refused, naming it", "unknown name `N`" in str(e) and "has M" in str(e), e)
+    # SMS: the GPU's multiprocessors unless the problem names it (persistent kernels).
+    saved = mod._LAUNCH["grid"]
+    mod._LAUNCH["grid"] = {**saved, "grid": ["min(cdiv(N, B), SMS * WAYS)", "WAYS"]}
+    mod._parsed.pop("grid", None)
+    try:
+        check("SMS from the problem", launcher.dims(N=10000, SMS=3) == ((6, 2, 1), (16, 1, 1), 64),
+              launcher.dims(N=10000, SMS=3))
+        try:
+            got = launcher.dims(N=10000)
+            check(f"SMS from the GPU: {got}", got[0][0] == min(625, 2 * mod._multiprocessors(0)))
+        except mod.KartError as e:
+            check(f"SMS without a GPU: a clear error: {e}", "no CUDA driver" in str(e) or "CUDA error" in str(e))
+    finally:
+        mod._LAUNCH["grid"], mod._sm_counts = saved, {}
+        mod._parsed.pop("grid", None)
     try:
         mod.load("grid", A=3, B=16)
         check("an unexported config is refused", False)

@@ -54,7 +54,7 @@ class Hopper:
         bn = launcher.config["BLOCK_N"]
         flat = lambda t: t.view(b * h, s, d)  # noqa: E731
         self.args = (mod.tensor_map(flat(q), tile=(1, 64, 64)), mod.tensor_map(flat(k), tile=(1, bn, 64)),
-                     mod.tensor_map(flat(v), tile=(1, bn, 64)), o, s)
+                     mod.tensor_map(flat(v), tile=(1, bn, 64)), o, s, b * h)
         self.problem = dict(B=b, H=h, S=s, D=d, causal=causal)
         self.launcher = launcher
 

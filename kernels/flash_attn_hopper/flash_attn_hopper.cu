@@ -4,8 +4,9 @@
 // contiguous, fp32 scores, softmax statistics and accumulation; any seq (tails masked);
 // CAUSAL = 1 masks keys after the query. The same contract as kernels/flash_attn.
 //
-// One block computes BM = 64 * CONSUMERS query rows of one (batch, head). A producer
-// warp issues TMA copies through three tensor maps over [batch * heads, seq, D] (rows
+// A block computes BM = 64 * CONSUMERS query rows of one (batch, head) at a time and
+// stays resident for several (a persistent kernel: the grid is what fits on the GPU,
+// `SMS` blocks or twice that). A producer warp issues TMA copies through three tensor maps over [batch * heads, seq, D] (rows
 // past seq read as zeros): this block's Q once, then K and V tiles of BN rows into a
 // ring of STAGES stages (k_full[s] and v_full[s] count their bytes in, empty[s] counts
 // the consumers out). Each consumer warpgroup owns 64 query rows: S = Q K^T by wgmma
@@ -65,7 +66,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     flash_attn_hopper(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
-                      const __grid_constant__ CUtensorMap tma_v, __half *o, int seq) {
+                      const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
   using T = half_t;
   constexpr int BM = 64 * CONSUMERS;
   constexpr int CHUNKS = D / 64;  // 64-column chunks of a row: one 128-byte swizzle row each
@@ -81,18 +82,27 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   T *q_smem = base;
   T *k_smem = q_smem + BM * D;
   T *v_smem = k_smem + STAGES * BN * D;
-  __shared__ uint64_t q_full, k_full[STAGES], v_full[STAGES], empty[STAGES];
+  __shared__ uint64_t q_full, q_empty, k_full[STAGES], v_full[STAGES], empty[STAGES];
 
   // Read through a shuffle so the compiler knows it is the same in the whole warp (wgmma
   // under a branch it cannot prove uniform gets serialized).
   const int warpgroup = __shfl_sync(0xffffffff, threadIdx.x / 128, 0);
-  const int m0 = blockIdx.x * BM, bh = blockIdx.y;
   const int key_tiles = (seq + BN - 1) / BN;
-  // Causal: the keys up to this block's last query row.
-  const int tiles = CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles;
+  // Work items are (query block, batch x head) pairs, taken in turn by the resident
+  // blocks (the grid is at most what fits on the GPU at once), the last query blocks
+  // first: under causal masking they have the most keys, so the longest come first.
+  const int query_blocks = (seq + BM - 1) / BM;
+  const int work = query_blocks * heads;
+  auto decode = [&](int item, int &m0, int &bh) {
+    m0 = (query_blocks - 1 - item / heads) * BM;
+    bh = item % heads;
+  };
+  // Causal: the keys up to the block's last query row.
+  auto tiles_of = [&](int m0) { return CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles; };
 
   if (threadIdx.x == 0) {
     TxBarrier::init(&q_full, 1);
+    Barrier::init(&q_empty, CONSUMERS);
     for (int s = 0; s < STAGES; ++s) {
       TxBarrier::init(&k_full[s], 1);
       TxBarrier::init(&v_full[s], 1);
@@ -105,19 +115,29 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   if (warpgroup == 0) {
     cutlass::arch::warpgroup_reg_dealloc<fa_hopper::Registers<CONSUMERS>::producer>();
     if (threadIdx.x == 0) {
-      TxBarrier::arrive_and_expect_tx(&q_full, BM * D * 2);
-      for (int w = 0; w < CONSUMERS; ++w)
-        for (int c = 0; c < CHUNKS; ++c)
-          SM90_TMA_LOAD_3D::copy(&tma_q, &q_full, 0, q_smem + (w * CHUNKS + c) * 64 * 64, c * 64, m0 + w * 64, bh);
-      for (int t = 0; t < tiles; ++t) {
-        const int s = t % STAGES;
-        if (t >= STAGES) Barrier::wait(&empty[s], ((t / STAGES) - 1) & 1);
-        TxBarrier::arrive_and_expect_tx(&k_full[s], BN * D * 2);
-        for (int c = 0; c < CHUNKS; ++c)
-          SM90_TMA_LOAD_3D::copy(&tma_k, &k_full[s], 0, k_smem + (s * CHUNKS + c) * BN * 64, c * 64, t * BN, bh);
-        TxBarrier::arrive_and_expect_tx(&v_full[s], BN * D * 2);
-        for (int c = 0; c < CHUNKS; ++c)
-          SM90_TMA_LOAD_3D::copy(&tma_v, &v_full[s], 0, v_smem + (s * CHUNKS + c) * BN * 64, c * 64, t * BN, bh);
+      // The ring of K and V stages runs on across work items (`it` counts its uses), so
+      // the next item's first tiles load under this item's last math and epilogue.
+      int it = 0, local = 0;
+      for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
+        int m0, bh;
+        decode(item, m0, bh);
+        if (local > 0) Barrier::wait(&q_empty, (local - 1) & 1);
+        TxBarrier::arrive_and_expect_tx(&q_full, BM * D * 2);
+        for (int w = 0; w < CONSUMERS; ++w)
+          for (int c = 0; c < CHUNKS; ++c)
+            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full, 0, q_smem + (w * CHUNKS + c) * 64 * 64, c * 64, m0 + w * 64,
+                                   bh);
+        const int tiles = tiles_of(m0);
+        for (int t = 0; t < tiles; ++t, ++it) {
+          const int s = it % STAGES;
+          if (it >= STAGES) Barrier::wait(&empty[s], ((it / STAGES) - 1) & 1);
+          TxBarrier::arrive_and_expect_tx(&k_full[s], BN * D * 2);
+          for (int c = 0; c < CHUNKS; ++c)
+            SM90_TMA_LOAD_3D::copy(&tma_k, &k_full[s], 0, k_smem + (s * CHUNKS + c) * BN * 64, c * 64, t * BN, bh);
+          TxBarrier::arrive_and_expect_tx(&v_full[s], BN * D * 2);
+          for (int c = 0; c < CHUNKS; ++c)
+            SM90_TMA_LOAD_3D::copy(&tma_v, &v_full[s], 0, v_smem + (s * CHUNKS + c) * BN * 64, c * 64, t * BN, bh);
+        }
       }
     }
     return;
@@ -128,7 +148,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   const int tid = threadIdx.x % 128;
   // This thread's rows of the 64-row tile (wgmma's accumulator layout): `row` and row + 8.
   const int row = (tid / 32) * 16 + (tid / 4) % 8;
-  const int q_row0 = m0 + consumer * 64;
+  // The current work item (set at the top of each).
+  int m0 = 0, bh = 0, q_row0 = 0, tiles = 0, ring = 0;  // ring: K/V stages used before this item
 
   // S = Q K^T: M = 64, N = BN, K = D, both operands K-major in shared memory.
   using SOp = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<BN>, Int<D>>>());
@@ -147,8 +168,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   Tensor acc_s = s_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, Int<BN>{})));
   using OFragment = decltype(o_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, _64{}))));
   OFragment acc_o[CHUNKS];
-  CUTE_UNROLL
-  for (int c = 0; c < CHUNKS; ++c) clear(acc_o[c]);
   // P's registers, shaped as the A operand (only the layout of the tensor passed matters).
   Tensor tOrP = o_thr.partition_fragment_A(make_tensor(make_gmem_ptr(static_cast<T *>(nullptr)),
                                                        make_layout(make_shape(_64{}, Int<BN>{}))));
@@ -156,17 +175,17 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
 
   // Scores in base 2: exp(x / sqrt(D)) = exp2(x * log2(e) / sqrt(D)).
   const float scale = 1.44269504088896340736f * rsqrtf(float(D));
-  float row_max[2] = {-INFINITY, -INFINITY}, row_sum[2] = {0.f, 0.f};
+  float row_max[2], row_sum[2];
 
   // One k-tile's steps, as lambdas over its index: S = Q K^T issued (not waited for);
   // the softmax of a finished S (masks, running max and sum, P left in S's registers
   // as fp32); O += P V issued; O rescaled and P converted to fp16 once that is done.
   auto issue_s = [&](int t) {
-    const int s = t % STAGES;
+    const int s = (ring + t) % STAGES;
     Tensor sK = make_tensor(make_smem_ptr(k_smem + s * CHUNKS * BN * 64),
                             tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(Int<BN>{}, Int<D>{})));
     Tensor tSrK = s_thr.make_fragment_B(s_thr.partition_B(sK));
-    TxBarrier::wait(&k_full[s], (t / STAGES) & 1);
+    TxBarrier::wait(&k_full[s], ((ring + t) / STAGES) & 1);
     s_mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
@@ -176,8 +195,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     warpgroup_commit_batch();
   };
   auto issue_o = [&](int t) {
-    const int s = t % STAGES;
-    TxBarrier::wait(&v_full[s], (t / STAGES) & 1);
+    const int s = (ring + t) % STAGES;
+    TxBarrier::wait(&v_full[s], ((ring + t) / STAGES) & 1);
     CUTE_UNROLL
     for (int c = 0; c < CHUNKS; ++c) {
       Tensor sV = make_tensor(make_smem_ptr(v_smem + (s * CHUNKS + c) * BN * 64),
@@ -236,75 +255,94 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     for (int c = 0; c < CHUNKS; ++c) warpgroup_fence_operand(acc_o[c]);
   };
 
-  TxBarrier::wait(&q_full, 0);
-  if constexpr (PIPELINE) {
-    // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
-    // t - 1, so the softmax of tile t runs while the tensor cores do that product.
-    fence_all();
-    warpgroup_arrive();
-    issue_s(0);
-    warpgroup_wait<0>();
-    fence_all();
-    softmax(0);
-    rescale_o_and_convert_p();
-    for (int t = 1; t < tiles; ++t) {
-      fence_all();
-      warpgroup_arrive();
-      issue_s(t);
-      issue_o(t - 1);
-      warpgroup_wait<1>();  // S of tile t
-      warpgroup_fence_operand(acc_s);
-      softmax(t);
-      warpgroup_wait<0>();  // O += P V of tile t - 1: its K and V go back
-      fence_all();
-      if (tid == 0) Barrier::arrive(&empty[(t - 1) % STAGES]);
-      rescale_o_and_convert_p();
-    }
-    fence_all();
-    warpgroup_arrive();
-    issue_o(tiles - 1);
-    warpgroup_wait<0>();
-    fence_all();
-    if (tid == 0) Barrier::arrive(&empty[(tiles - 1) % STAGES]);
-  } else {
-    // One tile at a time: S, its softmax, O += P V; the other consumer warpgroups (and
-    // with one consumer, the other block on the SM) fill the tensor cores meanwhile.
-    for (int t = 0; t < tiles; ++t) {
-      fence_all();
-      warpgroup_arrive();
-      issue_s(t);
-      warpgroup_wait<0>();
-      fence_all();
-      softmax(t);
-      rescale_o_and_convert_p();
-      fence_all();
-      warpgroup_arrive();
-      issue_o(t);
-      warpgroup_wait<0>();
-      fence_all();
-      if (tid == 0) Barrier::arrive(&empty[t % STAGES]);
-    }
-  }
-
-  // O / l, fp16, rows past seq not written. Value i of chunk c: row (i / 2) % 2, column
-  // c * 64 + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
-  float inverse[2];
-  CUTE_UNROLL
-  for (int h = 0; h < 2; ++h) {
-    const float sum = fa_hopper::quad_sum(row_sum[h]);
-    inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
-  }
-  CUTE_UNROLL
-  for (int c = 0; c < CHUNKS; ++c) {
+  // Q is handed back once the last S of a work item is done, so the next item's Q
+  // loads under this one's last product and epilogue.
+  auto release_q = [&]() {
+    if (tid == 0) Barrier::arrive(&q_empty);
+  };
+  int local = 0;
+  for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
+    decode(item, m0, bh);
+    q_row0 = m0 + consumer * 64;
+    tiles = tiles_of(m0);
     CUTE_UNROLL
-    for (int i = 0; i < size(acc_o[c]); i += 2) {
-      const int h = (i / 2) % 2;
-      const int r = q_row0 + row + 8 * h;
-      if (r < seq) {
-        const int col = c * 64 + 8 * (i / 4) + 2 * (tid % 4);
-        const __half2 pair = __floats2half2_rn(acc_o[c](i) * inverse[h], acc_o[c](i + 1) * inverse[h]);
-        *reinterpret_cast<__half2 *>(o + (size_t(bh) * seq + r) * D + col) = pair;
+    for (int c = 0; c < CHUNKS; ++c) clear(acc_o[c]);
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+    TxBarrier::wait(&q_full, local & 1);
+    if constexpr (PIPELINE) {
+      // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
+      // t - 1, so the softmax of tile t runs while the tensor cores do that product.
+      fence_all();
+      warpgroup_arrive();
+      issue_s(0);
+      warpgroup_wait<0>();
+      fence_all();
+      if (tiles == 1) release_q();
+      softmax(0);
+      rescale_o_and_convert_p();
+      for (int t = 1; t < tiles; ++t) {
+        fence_all();
+        warpgroup_arrive();
+        issue_s(t);
+        issue_o(t - 1);
+        warpgroup_wait<1>();  // S of tile t
+        warpgroup_fence_operand(acc_s);
+        if (t == tiles - 1) release_q();
+        softmax(t);
+        warpgroup_wait<0>();  // O += P V of tile t - 1: its K and V go back
+        fence_all();
+        if (tid == 0) Barrier::arrive(&empty[(ring + t - 1) % STAGES]);
+        rescale_o_and_convert_p();
+      }
+      fence_all();
+      warpgroup_arrive();
+      issue_o(tiles - 1);
+      warpgroup_wait<0>();
+      fence_all();
+      if (tid == 0) Barrier::arrive(&empty[(ring + tiles - 1) % STAGES]);
+    } else {
+      // One tile at a time: S, its softmax, O += P V; the other consumer warpgroups (and
+      // with one consumer, the other block on the SM) fill the tensor cores meanwhile.
+      for (int t = 0; t < tiles; ++t) {
+        fence_all();
+        warpgroup_arrive();
+        issue_s(t);
+        warpgroup_wait<0>();
+        fence_all();
+        if (t == tiles - 1) release_q();
+        softmax(t);
+        rescale_o_and_convert_p();
+        fence_all();
+        warpgroup_arrive();
+        issue_o(t);
+        warpgroup_wait<0>();
+        fence_all();
+        if (tid == 0) Barrier::arrive(&empty[(ring + t) % STAGES]);
       }
     }
+
+    // O / l, fp16, rows past seq not written. Value i of chunk c: row (i / 2) % 2, column
+    // c * 64 + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
+    float inverse[2];
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float sum = fa_hopper::quad_sum(row_sum[h]);
+      inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
+    }
+    CUTE_UNROLL
+    for (int c = 0; c < CHUNKS; ++c) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_o[c]); i += 2) {
+        const int h = (i / 2) % 2;
+        const int r = q_row0 + row + 8 * h;
+        if (r < seq) {
+          const int col = c * 64 + 8 * (i / 4) + 2 * (tid % 4);
+          const __half2 pair = __floats2half2_rn(acc_o[c](i) * inverse[h], acc_o[c](i + 1) * inverse[h]);
+          *reinterpret_cast<__half2 *>(o + (size_t(bh) * seq + r) * D + col) = pair;
+        }
+      }
+    }
+    ring += tiles;
   }
 }

@@ -93,12 +93,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   // the query blocks of one head, so the blocks running at once share heads and read
   // each K and V tile from L2 rather than DRAM (items ordered head-first made every
   // running block stream its own head: DRAM at 77-85%, measured); within a head the
-  // last query blocks come first (under causal masking they have the most keys).
+  // last query blocks come first (under causal masking they have the most keys), and
+  // that order turns by one for each pass of the grid over the heads, so a block does
+  // not get a query block of the same length on every pass (with 132 blocks and 4 query
+  // blocks a head it did: causal rows ran at the pace of the blocks with the longest
+  // items). The turn is the same for a whole head, so each head's items stay a
+  // permutation of its query blocks.
   const int query_blocks = (seq + BM - 1) / BM;
   const int work = query_blocks * heads;
   auto decode = [&](int item, int &m0, int &bh) {
-    m0 = (query_blocks - 1 - item % query_blocks) * BM;
     bh = item / query_blocks;
+    const int turn = CAUSAL ? bh * query_blocks / gridDim.x : 0;
+    m0 = (query_blocks - 1 - (item + turn) % query_blocks) * BM;
   };
   // Causal: the keys up to the block's last query row.
   auto tiles_of = [&](int m0) { return CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles; };

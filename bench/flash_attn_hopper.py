@@ -12,9 +12,9 @@ from an exported module, on a GPU machine:
 head dim and causality, output poisoned with NaN first, against float64 attention;
 relative L2 error below 2e-3 (the limit of examples/flash_attn.rs). `bench`: per row
 (B x H in {32x32, 8x16, 1x8}, D in {64, 128}, causal or not, S = 512, and S = 2048
-rows) every config of that D and causality is timed and the fastest kept, beside the
-mma.sync kernel's tuned config and PyTorch SDPA with each backend forced (FLASH, cuDNN,
-EFFICIENT), in one process: each run alone between CUDA events after the L2 is flushed
+rows) every config of that D and causality is timed (median of --runs) and the fastest
+kept, beside the mma.sync kernel's tuned config and PyTorch SDPA with each backend
+forced (FLASH, cuDNN, EFFICIENT), in one process: each run alone between CUDA events after the L2 is flushed
 (a 256 MiB buffer zeroed), medians; TFLOP/s counted as 4*B*H*S^2*D (halved when causal).
 Prints figures; asserts nothing but correctness in `check`.
 """
@@ -126,18 +126,21 @@ def bench(mod, fa, runs):
         q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
         o = torch.full_like(q, float("nan"))
         flops = 4 * b * h * s * s * d / (2 if causal else 1)
-        # The fastest config of this row (a few runs each, then the winner timed in full).
+        # The fastest config of this row, each timed in full (a median of a few runs
+        # picked configs whose full median was up to 5x slower: some configs' runs vary
+        # that much from one to the next).
         trials = []
         for config in configs(mod, d, causal):
             run = Hopper(mod, mod.load("flash_attn_hopper", **config), q, k, v, o, causal)
             run()
-            trials.append((timed(run, 7), config, run))
-        _, config, run = min(trials, key=lambda t: t[0])
+            trials.append((timed(run), config, run))
+        hopper_us, config, run = min(trials, key=lambda t: t[0])
+        run()
         torch.cuda.synchronize()
         with sdpa_kernel(SDPBackend.MATH):
             ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
         rel = float((o.float() - ref).norm() / ref.norm())
-        results = {"hopper": timed(run)}
+        results = {"hopper": hopper_us}
         problem = dict(B=b, H=h, S=s, D=d, causal=causal)
         o2 = torch.empty_like(q)
         results["mma"] = timed(lambda: fa.launch("flash_attn", q, k, v, o2, s, problem=problem))

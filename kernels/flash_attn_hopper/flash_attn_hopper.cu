@@ -6,18 +6,18 @@
 //
 // A block computes BM = 64 * CONSUMERS query rows of one (batch, head) at a time and
 // stays resident for several (a persistent kernel: the grid is what fits on the GPU,
-// `SMS` blocks or twice that). A producer warp issues TMA copies through three tensor maps over [batch * heads, seq, D] (rows
-// past seq read as zeros): this block's Q once, then K and V tiles of BN rows into a
-// ring of STAGES stages (k_full[s] and v_full[s] count their bytes in, empty[s] counts
-// the consumers out). Each consumer warpgroup owns 64 query rows: S = Q K^T by wgmma
-// from shared memory, the online softmax in base 2 on S's registers, then O += P V with
-// P straight from registers (the accumulator's layout is the A operand's, converted to
-// fp16) and V from shared memory. With PIPELINE the tiles are pipelined within a
-// warpgroup: S of tile t is issued before O += P V of tile t - 1, and the softmax of
-// tile t runs while the tensor cores do that product. A 64-column chunk of D is one 128-byte swizzle
-// row, so D = 128 tiles are two chunks; each chunk of V is its own N = 64 product.
-// With one consumer warpgroup two blocks share an SM (one's loads and epilogue under
-// the other's math).
+// SMS blocks or twice that). A producer warp issues TMA copies through three tensor
+// maps over [batch * heads, seq, D] (rows past seq read as zeros): a work item's Q,
+// then K and V tiles of BN rows into a ring of STAGES stages (k_full[s] and v_full[s]
+// count their bytes in, empty[s] counts the consumers out). Each consumer warpgroup
+// owns 64 query rows: S = Q K^T by wgmma from shared memory, the online softmax in
+// base 2 on S's registers, then O += P V with P straight from registers (the
+// accumulator's layout is the A operand's, converted to fp16) and V from shared memory.
+// With PIPELINE the tiles are pipelined within a warpgroup: S of tile t is issued
+// before O += P V of tile t - 1, and the softmax of tile t runs while the tensor cores
+// do that product. A 64-column chunk of D is one 128-byte swizzle row, so D = 128
+// tiles are two chunks; each chunk of V is its own N = 64 product. With one consumer
+// warpgroup two blocks share an SM (one's loads and epilogue under the other's math).
 #include <cuda.h>
 #include <cuda_fp16.h>
 

@@ -73,7 +73,7 @@ impl Fixture {
         w("kernels/smem/smem.cu", SMEM_CU);
         w(
             "kernels/smem/kernel.toml",
-            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n[signature]\nbig_smem = [\"ptr\", \"ptr\", \"i32\"]\n",
+            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n[signature]\nbig_smem = [\"ptr\", \"ptr\", \"i32\"]\n[launch]\ngrid = [\"min(cdiv(N, 16384), SMS)\"]\nblock = [\"256\"]\nshared_mem = \"65536\"\n",
         );
         w("kernels/affine/affine.cu", AFFINE_CU);
         w(
@@ -341,6 +341,31 @@ fn more_than_48k_of_shared_memory_launches(f: &Fixture, gpu: &Gpu) -> TestResult
         block: (256, 1, 1),
         shared_bytes: smem,
     };
+    // [launch] sees SMS, the GPU's multiprocessors, unless the problem names it.
+    let problem = |pairs: &[(&str, i64)]| -> kart::tune::Problem {
+        pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
+    };
+    let from_gpu = k
+        .dims(&problem(&[("N", 1 << 30)]))
+        .map_err(|e| e.to_string())?;
+    if gpu.multiprocessors == 0 || from_gpu.grid.0 != gpu.multiprocessors {
+        return Err(format!(
+            "grid {:?} from SMS, the GPU has {} multiprocessors",
+            from_gpu.grid, gpu.multiprocessors
+        ));
+    }
+    let named = k
+        .dims(&problem(&[("N", n as i64), ("SMS", 3)]))
+        .map_err(|e| e.to_string())?;
+    let own = k
+        .dims(&problem(&[("N", n as i64)]))
+        .map_err(|e| e.to_string())?;
+    if named.grid.0 != 3 || own.grid.0 != blocks as u32 || own.shared_bytes != smem {
+        return Err(format!(
+            "SMS named: grid {:?}; N only: {:?}",
+            named.grid, own
+        ));
+    }
     {
         let (xp, _x) = xd.device_ptr(&stream);
         let (yp, _y) = yd.device_ptr_mut(&stream);

@@ -63,7 +63,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace fa_hopper
 
-template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE>
+template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     flash_attn_hopper(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                       const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
@@ -264,6 +264,19 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     for (int c = 0; c < CHUNKS; ++c) warpgroup_fence_operand(acc_o[c]);
   };
 
+  // PINGPONG: the consumer warpgroups take turns to issue their wgmma (named barrier
+  // 1 + w is warpgroup w's turn; each hands the turn to the next), so one's products
+  // run alone on the tensor cores while the others do their softmax, instead of all
+  // issuing at once and all waiting for everything.
+  constexpr bool TURNS = PINGPONG && CONSUMERS > 1;
+  auto my_turn = [&]() {
+    if constexpr (TURNS) cutlass::arch::NamedBarrier::sync(256, 1 + consumer);
+  };
+  auto next_turn = [&]() {
+    if constexpr (TURNS) cutlass::arch::NamedBarrier::arrive(256, 1 + (consumer + 1) % CONSUMERS);
+  };
+  if (consumer == CONSUMERS - 1) next_turn();  // the first turn is the first warpgroup's
+
   // Q is handed back once the last S of a work item is done, so the next item's Q
   // loads under this one's last product and epilogue.
   auto release_q = [&]() {
@@ -283,8 +296,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.
       fence_all();
+      my_turn();
       warpgroup_arrive();
       issue_s(0);
+      next_turn();
       warpgroup_wait<0>();
       fence_all();
       if (tiles == 1) release_q();
@@ -292,9 +307,11 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       rescale_o_and_convert_p();
       for (int t = 1; t < tiles; ++t) {
         fence_all();
+        my_turn();
         warpgroup_arrive();
         issue_s(t);
         issue_o(t - 1);
+        next_turn();
         warpgroup_wait<1>();  // S of tile t
         warpgroup_fence_operand(acc_s);
         if (t == tiles - 1) release_q();
@@ -305,8 +322,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
         rescale_o_and_convert_p();
       }
       fence_all();
+      my_turn();
       warpgroup_arrive();
       issue_o(tiles - 1);
+      next_turn();
       warpgroup_wait<0>();
       fence_all();
       if (tid == 0) Barrier::arrive(&empty[(ring + tiles - 1) % STAGES]);
@@ -315,16 +334,20 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // with one consumer, the other block on the SM) fill the tensor cores meanwhile.
       for (int t = 0; t < tiles; ++t) {
         fence_all();
+        my_turn();
         warpgroup_arrive();
         issue_s(t);
+        next_turn();
         warpgroup_wait<0>();
         fence_all();
         if (t == tiles - 1) release_q();
         softmax(t);
         rescale_o_and_convert_p();
         fence_all();
+        my_turn();
         warpgroup_arrive();
         issue_o(t);
+        next_turn();
         warpgroup_wait<0>();
         fence_all();
         if (tid == 0) Barrier::arrive(&empty[(ring + t) % STAGES]);

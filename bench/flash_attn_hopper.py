@@ -21,10 +21,10 @@ Prints figures; asserts nothing but correctness in `check`.
 import argparse
 import importlib.util
 import math
-import statistics
 
 import torch
 import torch.nn.functional as F
+from flash_attn_vs_sdpa import l2_flushed_timer, sdpa_us  # this folder's SDPA benchmark
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
@@ -102,20 +102,7 @@ def check(mod):
 
 
 def bench(mod, fa, runs):
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
-
-    def timed(fn, n=runs):
-        times = []
-        for i in range(n + 3):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            if i >= 3:
-                times.append(start.elapsed_time(end) * 1e3)
-        return statistics.median(times)
+    timed = l2_flushed_timer(runs, warmup=3)
 
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, median of {runs} runs, L2 flushed")
     print(f"{'B':>3} {'H':>3} {'S':>5} {'D':>4} {'causal':>6}  {'hopper config':40} {'hopper':>7} {'mma':>7}"
@@ -144,16 +131,7 @@ def bench(mod, fa, runs):
         problem = dict(B=b, H=h, S=s, D=d, causal=causal)
         o2 = torch.empty_like(q)
         results["mma"] = timed(lambda: fa.launch("flash_attn", q, k, v, o2, s, problem=problem))
-        for name, backend in [("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION),
-                              ("EFF", SDPBackend.EFFICIENT_ATTENTION)]:
-            try:
-                with sdpa_kernel(backend):
-                    def sdpa(q=q, k=k, v=v, causal=causal):
-                        F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-                    sdpa()
-                    results[name] = timed(sdpa)
-            except RuntimeError:
-                results[name] = float("nan")
+        results.update(sdpa_us(q, k, v, causal, timed))
         tf = {n: flops / (us * 1e-6) / 1e12 for n, us in results.items()}
         print(f"{b:>3} {h:>3} {s:>5} {d:>4} {causal:>6}  {label(config):40} {tf['hopper']:7.1f} {tf['mma']:7.1f}"
               f" {tf['FLASH']:7.1f} {tf['cuDNN']:7.1f} {tf['EFF']:7.1f}  {tf['hopper'] / tf['FLASH']:7.2f}"

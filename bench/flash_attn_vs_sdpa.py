@@ -19,6 +19,44 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
+def l2_flushed_timer(runs, warmup=5):
+    """A function timing `fn()` alone between CUDA events after 256 MiB are zeroed (the
+    L2 flushed): the median of `runs` after `warmup` untimed, in µs."""
+    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+
+    def timed(fn, n=runs):
+        times = []
+        for i in range(n + warmup):
+            flush.zero_()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            end.synchronize()
+            if i >= warmup:
+                times.append(start.elapsed_time(end) * 1e3)
+        return statistics.median(times)
+
+    return timed
+
+
+def sdpa_us(q, k, v, causal, timed):
+    """{"FLASH", "cuDNN", "EFF": µs} of PyTorch SDPA with each backend forced (nan where
+    the backend refuses the problem)."""
+    results = {}
+    for name, backend in [("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION),
+                          ("EFF", SDPBackend.EFFICIENT_ATTENTION)]:
+        try:
+            with sdpa_kernel(backend):
+                def run():
+                    F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+                run()
+                results[name] = timed(run)
+        except RuntimeError:
+            results[name] = float("nan")
+    return results
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--module", required=True)
@@ -27,21 +65,8 @@ def main():
     spec = importlib.util.spec_from_file_location("flash_kernels", args.module)
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
-    flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
+    timed = l2_flushed_timer(args.runs)
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}")
-
-    def timed(fn):
-        times = []
-        for i in range(args.runs + 5):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            if i >= 5:
-                times.append(start.elapsed_time(end) * 1e3)
-        return statistics.median(times)
 
     header = (f"{'B':>3} {'H':>3} {'D':>4} {'causal':>6}  {'kart config':42} {'kart':>7} {'FLASH':>7}"
               f" {'cuDNN':>7} {'EFF':>7}  {'k/FLASH':>7} {'k/cuDNN':>7}  {'rel err':>8}")
@@ -68,17 +93,7 @@ def main():
                     ref = F.scaled_dot_product_attention(q.float(), k.float(), v.float(), is_causal=bool(causal))
                 rel = float((o.float() - ref).norm() / ref.norm())
                 flops = 4 * b * h * s * s * d / (2 if causal else 1)
-                results = {"kart": timed(run_kart)}
-                for name, backend in [("FLASH", SDPBackend.FLASH_ATTENTION), ("cuDNN", SDPBackend.CUDNN_ATTENTION),
-                                      ("EFF", SDPBackend.EFFICIENT_ATTENTION)]:
-                    try:
-                        with sdpa_kernel(backend):
-                            def run(q=q, k=k, v=v, causal=causal):
-                                F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
-                            run()
-                            results[name] = timed(run)
-                    except RuntimeError:
-                        results[name] = float("nan")
+                results = {"kart": timed(run_kart), **sdpa_us(q, k, v, causal, timed)}
                 tf = {n: flops / (us * 1e-6) / 1e12 for n, us in results.items()}
                 config = ",".join(f"{k_}={v_}" for k_, v_ in cfg.items() if k_ in ("BLOCK_M", "BLOCK_N", "NUM_WARPS"))
                 print(f"{b:>3} {h:>3} {d:>4} {causal:>6}  {config:42} {tf['kart']:7.1f} {tf['FLASH']:7.1f}"

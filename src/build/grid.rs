@@ -132,11 +132,11 @@ impl LaunchSpec {
 
     /// Grid, block and shared memory for a config (params and derived params) and a
     /// problem. Config names win over problem keys of the same name.
-    pub fn geometry(
+    pub fn geometry<P: Env + ?Sized>(
         &self,
         config: &Config,
         derived: &BTreeMap<String, i64>,
-        problem: &BTreeMap<String, i64>,
+        problem: &P,
     ) -> Result<Geometry, GeometryError> {
         let env = Layered(config, &Layered(derived, problem));
         let eval = |field: String, e: &Expr, min: i64| -> Result<u32, GeometryError> {
@@ -528,7 +528,7 @@ mod tests {
             block: vec![Expr::parse("NUM_WARPS * 32").unwrap()],
             shared_mem: Some(Expr::parse("TILES * 1024").unwrap()),
         };
-        let problem = [
+        let problem: BTreeMap<String, i64> = [
             ("B".into(), 2),
             ("H".into(), 8),
             ("S".into(), 500),
@@ -539,10 +539,11 @@ mod tests {
         assert_eq!(g.grid, (4, 16, 1));
         assert_eq!(g.block, (128, 1, 1));
         assert_eq!(g.shared_bytes, 2048);
-        let empty = BTreeMap::new();
+        let empty = BTreeMap::<String, i64>::new();
         let err = spec.geometry(&config, &derived, &empty).unwrap_err();
         assert!(err.to_string().contains("unknown name `S`"), "{err}");
-        let zero = [("B".into(), 0), ("H".into(), 8), ("S".into(), 500)].into();
+        let zero: BTreeMap<String, i64> =
+            [("B".into(), 0), ("H".into(), 8), ("S".into(), 500)].into();
         let err = spec.geometry(&config, &derived, &zero).unwrap_err();
         assert!(
             matches!(err, GeometryError::OutOfRange { value: 0, .. }),

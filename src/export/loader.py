@@ -664,10 +664,9 @@ def _pack(name, info, args):
                 raise TypeError(f"{where} must be a number, not {type(arg).__name__}")
             value = float(arg)
             if kind == "f16":
-                packed.append(ctypes.c_uint16(struct.unpack("<H", struct.pack("<e", value))[0]))
+                packed.append(ctypes.c_uint16(_f16_bits(value)))
             elif kind == "bf16":
-                bits = struct.unpack("<I", struct.pack("<f", value))[0]
-                packed.append(ctypes.c_uint16((bits + 0x7FFF + ((bits >> 16) & 1)) >> 16))
+                packed.append(ctypes.c_uint16(_bf16_bits(value)))
             else:
                 packed.append(_CTYPES[kind](value))
         else:
@@ -725,10 +724,6 @@ def _raw_stream_reader():
     return _stream_reader
 
 
-def _wrong_pointer(arg):
-    raise TypeError("pointer")  # the general path words it
-
-
 def _pointer_of(arg, index, ordinal, name):
     """A pointer argument that is not a torch tensor or an int: a CUDA array (its
     device checked by the driver), else refused."""
@@ -746,7 +741,7 @@ def _pointer_of(arg, index, ordinal, name):
         return pointer
     if how == 3:
         return arg  # a raw CUdeviceptr: the caller vouches for it
-    return _wrong_pointer(arg)
+    raise TypeError("pointer")  # the general path words it
 
 
 def _f16_bits(value):
@@ -787,7 +782,6 @@ def _slot_packer(name, kinds, format, slots):
              "format": format, "slots": slots}
     exec("\n".join(lines), scope)
     return scope["pack"]
-
 
 
 class _Bound:

@@ -21,6 +21,7 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
+use crate::build::expr::{Env, Layered, Value};
 use crate::build::key::ArtifactKind;
 use crate::build::manifest::{Config, Project};
 use crate::error::{Error, Result};
@@ -211,6 +212,17 @@ pub struct LoadedArtifact {
     pub multiprocessors: u32,
 }
 
+/// Names `[launch]` sees beside the config and the problem (which wins): `SMS`.
+struct LaunchBuiltins {
+    multiprocessors: u32,
+}
+
+impl Env for LaunchBuiltins {
+    fn get(&self, name: &str) -> Option<Value<'_>> {
+        (name == "SMS").then_some(Value::Int(i64::from(self.multiprocessors)))
+    }
+}
+
 impl LoadedArtifact {
     /// The function handle of an entry.
     pub fn function(&self, entry: &str) -> Result<&CudaFunction> {
@@ -241,11 +253,6 @@ impl LoadedArtifact {
     /// multiprocessor count unless the problem names it (persistent kernels size their
     /// grid by it).
     pub fn dims(&self, problem: &crate::tune::Problem) -> Result<LaunchDims> {
-        if !problem.contains_key("SMS") {
-            let mut with = problem.clone();
-            with.insert("SMS".into(), i64::from(self.multiprocessors));
-            return self.dims(&with);
-        }
         let Some(spec) = &self.launch else {
             return Err(Error::usage(
                 format!(
@@ -256,7 +263,11 @@ impl LoadedArtifact {
             ));
         };
         let g = spec
-            .geometry(&self.artifact.config, &self.artifact.derived, problem)
+            .geometry(
+                &self.artifact.config,
+                &self.artifact.derived,
+                &Layered(problem, &LaunchBuiltins { multiprocessors: self.multiprocessors }),
+            )
             .map_err(|e| {
                 let keys: Vec<&str> = problem.keys().map(String::as_str).collect();
                 Error::usage(

@@ -1,18 +1,21 @@
-//! The FlashAttention kernel's own program (kernels/flash_attn), run on a GPU machine
-//! from the repository root after `kart build`:
+//! The FlashAttention kernel's own program (kernels/flash_attn and its variant
+//! kernels/flash_attn_hopper, called alike), run on a GPU machine from the repository
+//! root after `kart build`:
 //!
-//!   flash_attn check   every config this GPU runs, on S in {1, 17, 128, 500, 512},
-//!                      D in {64, 128}, causal or not, against a float64 CPU reference
-//!                      on fresh random inputs (output poisoned with NaN first; every
-//!                      element must be written); passes go to kart.attest (`correct`)
-//!   flash_attn tune    the library's tuner over B x H in {32x32, 8x16, 1x8}, S = 512,
-//!                      D in {64, 128}, causal or not; winners go to kart.tune
+//!   flash_attn check   every config of both kernels this GPU runs, on S in {1, 17, 128,
+//!                      500, 512, 2048}, D in {64, 128}, causal or not, against a float64
+//!                      CPU reference on random inputs (one set per shape; output
+//!                      poisoned with NaN before each run: every element must be
+//!                      written); passes go to kart.attest (`correct`)
+//!   flash_attn tune    the library's tuner over both kernels, B x H in {32x32, 8x16,
+//!                      1x8} at S = 512 and {8x16, 1x8} at S = 2048, D in {64, 128},
+//!                      causal or not; the winner of each goes to kart.tune
 //!   flash_attn demo    attention through the kart runtime with best(): a small shape
 //!                      checked against the CPU, then time and TFLOP/s per problem
 //!
 //! Exit 1 if any check fails.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::Path;
 use std::sync::Arc;
 
@@ -137,34 +140,50 @@ fn launch(
     )
 }
 
-/// Runs `loaded` on fresh inputs of (bh, s, d) and compares with the CPU: the relative
-/// error ‖out − ref‖ / ‖ref‖, or why it failed (NaN, an element never written).
-fn check_once(
-    gpu: &Gpu,
-    loaded: &LoadedArtifact,
+/// Random inputs of one shape and their float64 reference, made once and run by every
+/// config of that shape.
+struct Case {
+    q: Vec<f16>,
+    k: Vec<f16>,
+    v: Vec<f16>,
+    want: Vec<f64>,
     bh: usize,
     s: usize,
-    d: usize,
-    causal: bool,
-    seed: &mut u64,
-) -> Res<Result<f64, String>> {
-    let n = bh * s * d;
-    let (q, k, v) = (
-        random_f16(n, seed),
-        random_f16(n, seed),
-        random_f16(n, seed),
-    );
+}
+
+impl Case {
+    fn new(bh: usize, s: usize, d: usize, causal: bool, seed: &mut u64) -> Case {
+        let n = bh * s * d;
+        let (q, k, v) = (
+            random_f16(n, seed),
+            random_f16(n, seed),
+            random_f16(n, seed),
+        );
+        let want = reference(&q, &k, &v, bh, s, d, causal);
+        Case {
+            q,
+            k,
+            v,
+            want,
+            bh,
+            s,
+        }
+    }
+}
+
+/// Runs `loaded` on a case (output poisoned first) and compares with its reference: the
+/// relative error ‖out − ref‖ / ‖ref‖, or why it failed (NaN, an element never written).
+fn check_once(gpu: &Gpu, loaded: &LoadedArtifact, case: &Case) -> Res<Result<f64, String>> {
     let stream = gpu.stream();
-    let mut b = upload(&stream, &q, &k, &v)?;
-    launch(loaded, &stream, &mut b, bh as u32, s as u32)?;
+    let mut b = upload(&stream, &case.q, &case.k, &case.v)?;
+    launch(loaded, &stream, &mut b, case.bh as u32, case.s as u32)?;
     let out: Vec<f16> = stream
         .clone_dtoh(&b.o)?
         .into_iter()
         .map(f16::from_bits)
         .collect();
-    let want = reference(&q, &k, &v, bh, s, d, causal);
     let (mut diff, mut norm) = (0f64, 0f64);
-    for (i, (got, want)) in out.iter().zip(&want).enumerate() {
+    for (i, (got, want)) in out.iter().zip(&case.want).enumerate() {
         let got = got.to_f64();
         if !got.is_finite() {
             return Ok(Err(format!("element {i} is {got} (never written, or NaN)")));
@@ -180,36 +199,55 @@ fn check_once(
     })
 }
 
-fn configs_for(rt: &Runtime, gpu: &Gpu, kernel: &Kernel, d: i64, causal: i64) -> Vec<Config> {
+/// The configs of every kernel of the family with this head dim and causality that
+/// this GPU runs, as (kernel, config).
+fn configs_for(
+    rt: &Runtime,
+    gpu: &Gpu,
+    family: &[&Kernel],
+    d: i64,
+    causal: i64,
+) -> Vec<(String, Config)> {
     let problem: Problem = [("D".into(), d), ("causal".into(), causal)].into();
-    let mut configs: Vec<Config> = rt
-        .lock()
-        .artifacts
-        .iter()
-        .filter(|a| a.kernel == KERNEL && kart::tune::matches_exact(kernel, &a.config, &problem))
-        .filter(|a| {
-            kart::tune::artifact_for(rt.lock(), KERNEL, &a.config, gpu.capability).is_some()
-        })
-        .map(|a| a.config.clone())
-        .collect();
-    configs.sort();
-    configs.dedup();
+    let mut configs: Vec<(String, Config)> = Vec::new();
+    for kernel in family {
+        let mut own: Vec<Config> = rt
+            .lock()
+            .artifacts
+            .iter()
+            .filter(|a| {
+                a.kernel == kernel.name
+                    && kart::tune::matches_exact(kernel, &a.config, &problem)
+                    && kart::tune::artifact_for(rt.lock(), &kernel.name, &a.config, gpu.capability)
+                        .is_some()
+            })
+            .map(|a| a.config.clone())
+            .collect();
+        own.sort();
+        own.dedup();
+        configs.extend(own.into_iter().map(|c| (kernel.name.clone(), c)));
+    }
     configs
 }
 
-fn check(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
+fn check(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut all_ok = true;
     let mut passed = Vec::new();
     println!("correctness against float64 on the CPU, batch x heads = 3, rel. error limit 2e-3");
     for d in [64i64, 128] {
         for causal in [0i64, 1] {
-            for config in configs_for(rt, gpu, kernel, d, causal) {
-                let loaded = gpu.kernel(rt, KERNEL, &config)?;
+            let cases: Vec<Case> = [1usize, 17, 128, 500, 512, 2048]
+                .into_iter()
+                .map(|s| Case::new(3, s, d as usize, causal == 1, &mut seed))
+                .collect();
+            for (name, config) in configs_for(rt, gpu, family, d, causal) {
+                let loaded = gpu.kernel(rt, &name, &config)?;
                 let mut worst = 0f64;
                 let mut failure = None;
-                for s in [1usize, 17, 128, 500, 512] {
-                    match check_once(gpu, &loaded, 3, s, d as usize, causal == 1, &mut seed) {
+                for case in &cases {
+                    let s = case.s;
+                    match check_once(gpu, &loaded, case) {
                         Ok(Ok(rel)) => worst = worst.max(rel),
                         Ok(Err(why)) => failure = Some(format!("S={s}: {why}")),
                         Err(e) => failure = Some(format!("S={s}: {e}")),
@@ -220,12 +258,12 @@ fn check(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
                 }
                 match failure {
                     None => {
-                        println!("  ok    {config}  worst {worst:.2e}");
+                        println!("  ok    {name}[{config}]  worst {worst:.2e}");
                         passed.push(loaded.artifact.clone());
                     }
                     Some(why) => {
                         all_ok = false;
-                        println!("  FAIL  {config}  {why}");
+                        println!("  FAIL  {name}[{config}]  {why}");
                     }
                 }
             }
@@ -252,6 +290,8 @@ struct Bench<'a> {
     sets: Vec<Buffers>,
     shape: (usize, usize, usize),
     seed: u64,
+    /// Check cases by (S, D, causal), shared by every config of a problem.
+    cases: HashMap<(usize, usize, bool), Case>,
 }
 
 impl Bench<'_> {
@@ -291,7 +331,12 @@ impl TuneBench for Bench<'_> {
         let s = problem.get("S").copied().unwrap_or(1) as usize;
         let d = problem.get("D").copied().unwrap_or(64) as usize;
         let causal = problem.get("causal") == Some(&1);
-        match check_once(self.gpu, loaded, 2, s, d, causal, &mut self.seed) {
+        let seed = &mut self.seed;
+        let case = self
+            .cases
+            .entry((s, d, causal))
+            .or_insert_with(|| Case::new(2, s, d, causal, seed));
+        match check_once(self.gpu, loaded, case) {
             Ok(r) => Ok(r.map(|_| ())),
             Err(e) => Ok(Err(e.to_string())),
         }
@@ -324,14 +369,20 @@ impl TuneBench for Bench<'_> {
 
 fn problems() -> Vec<Problem> {
     let mut out = Vec::new();
-    for (b, h) in [(32i64, 32i64), (8, 16), (1, 8)] {
+    for (b, h, s) in [
+        (32i64, 32i64, 512i64),
+        (8, 16, 512),
+        (1, 8, 512),
+        (8, 16, 2048),
+        (1, 8, 2048),
+    ] {
         for d in [64i64, 128] {
             for causal in [0i64, 1] {
                 out.push(
                     [
                         ("B".into(), b),
                         ("H".into(), h),
-                        ("S".into(), 512),
+                        ("S".into(), s),
                         ("D".into(), d),
                         ("causal".into(), causal),
                     ]
@@ -351,19 +402,20 @@ fn tflops(p: &Problem, us: f64) -> f64 {
     flops / (us * 1e-6) / 1e12
 }
 
-fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
+fn tune(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<()> {
     let mut bench = Bench {
         gpu,
         sets: Vec::new(),
         shape: (0, 0, 0),
         seed: 42,
+        cases: HashMap::new(),
     };
     let mut records = Vec::new();
     for problem in problems() {
         let (trials, record) = kart::tune::tune_problem(
             rt,
             gpu,
-            kernel,
+            family,
             &problem,
             TuneSettings::default(),
             &mut bench,
@@ -372,20 +424,27 @@ fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
         for t in &trials {
             match &t.result {
                 Ok(us) => println!(
-                    "  {:>9.1} µs  {:>6.1} TFLOP/s  {}",
+                    "  {:>9.1} µs  {:>6.1} TFLOP/s  {}[{}]",
                     us,
                     tflops(&problem, *us),
+                    t.kernel,
                     t.config
                 ),
-                Err(why) => println!("  {:>9}     {:>13}  {}  ({why})", "-", "-", t.config),
+                Err(why) => println!(
+                    "  {:>9}     {:>13}  {}[{}]  ({why})",
+                    "-", "-", t.kernel, t.config
+                ),
             }
         }
         if let Some(r) = record {
             println!(
-                "  best: {} ({:.1} µs, {:.1} TFLOP/s)",
+                "  best: {}[{}] ({:.1} µs, {:.1} TFLOP/s; runner-up {})",
+                r.implementation(),
                 r.config,
                 r.median_us,
-                tflops(&problem, r.median_us)
+                tflops(&problem, r.median_us),
+                r.runner_up_us
+                    .map_or("-".to_string(), |u| format!("{u:.1} µs"))
             );
             records.push(r);
         }
@@ -395,7 +454,7 @@ fn tune(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
     Ok(())
 }
 
-fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
+fn demo(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     let path = Path::new(kart::tune::TUNE_FILE);
     let tune = TuneFile::read(path, path)?;
     let mut bench = Bench {
@@ -403,36 +462,34 @@ fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
         sets: Vec::new(),
         shape: (0, 0, 0),
         seed: 7,
+        cases: HashMap::new(),
     };
     let mut ok = true;
     for problem in problems() {
         let t0 = std::time::Instant::now();
-        let (config, source) = kart::tune::best(
+        let kart::tune::Choice {
+            kernel,
+            config,
+            source,
+        } = kart::tune::best(
             &tune,
             rt.lock(),
-            kernel,
+            family,
             &gpu.name,
             gpu.capability,
             &problem,
         )?;
         let lookup = t0.elapsed();
-        let loaded = gpu.kernel(rt, KERNEL, &config)?;
+        let loaded = gpu.kernel(rt, &kernel, &config)?;
         let d = problem["D"] as usize;
-        let correct = check_once(
-            gpu,
-            &loaded,
-            2,
-            128,
-            d,
-            problem["causal"] == 1,
-            &mut bench.seed,
-        )?;
+        let case = Case::new(2, 128, d, problem["causal"] == 1, &mut bench.seed);
+        let correct = check_once(gpu, &loaded, &case)?;
         ok &= correct.is_ok();
         let record = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
             bench.launch(&loaded, &config, &problem, i)
         })?;
         println!(
-            "{problem:?}: best() {:.1} µs -> {config} ({source:?}); small-shape check {}; {:.1} µs, {:.1} TFLOP/s",
+            "{problem:?}: best() {:.1} µs -> {kernel}[{config}] ({source:?}); small-shape check {}; {:.1} µs, {:.1} TFLOP/s",
             lookup.as_secs_f64() * 1e6,
             match &correct {
                 Ok(rel) => format!("ok ({rel:.1e})"),
@@ -448,7 +505,7 @@ fn demo(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
 fn main() -> Res<()> {
     let command = std::env::args().nth(1).unwrap_or_default();
     let project = Project::discover(Path::new("."))?;
-    let kernel = project.kernel(KERNEL)?.clone();
+    let family = project.family(KERNEL)?;
     let rt = Runtime::open(Path::new("."))?;
     let gpu = Gpu::open(0)?;
     println!(
@@ -458,12 +515,12 @@ fn main() -> Res<()> {
         env!("CARGO_PKG_VERSION")
     );
     let ok = match command.as_str() {
-        "check" => check(&rt, &gpu, &kernel)?,
+        "check" => check(&rt, &gpu, &family)?,
         "tune" => {
-            tune(&rt, &gpu, &kernel)?;
+            tune(&rt, &gpu, &family)?;
             true
         }
-        "demo" => demo(&rt, &gpu, &kernel)?,
+        "demo" => demo(&rt, &gpu, &family)?,
         _ => {
             eprintln!("usage: flash_attn check | tune | demo (from the repository root)");
             std::process::exit(2);

@@ -6,8 +6,9 @@
 //! - [`build`]: `kernel.toml` and `kart.toml` ([`build::manifest`]), nvcc
 //!   ([`build::toolchain`]), the action key ([`build::key`]), one nvcc run
 //!   ([`build::compile`], [`build::process`]), the expressions of `require`,
-//!   `[derived]` and `[launch]` ([`build::expr`], [`build::grid`]), and planning and
-//!   running a build;
+//!   `[derived]` and `[launch]` ([`build::expr`], [`build::grid`]), the arguments kart
+//!   makes for a call (`[launch.args]`, [`build::call`]), and planning and running a
+//!   build;
 //! - [`store`]: the content-addressed local store, `kart.lock` ([`store::lockfile`]),
 //!   the committed sidecar files ([`store::sidecar`]), crash-safe writes
 //!   ([`store::fsutil`]), and `verify`, `gc`, `ls` ([`store::maintain`]);

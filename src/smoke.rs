@@ -55,6 +55,7 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         require: Vec::new(),
         derived: Vec::new(),
         launch: None,
+        variant_of: None,
         kept: Default::default(),
     }
 }

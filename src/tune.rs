@@ -24,8 +24,8 @@ use crate::store::sidecar::{self, BadRecord};
 /// The sidecar's file name, beside `kart.lock`.
 pub const TUNE_FILE: &str = "kart.tune";
 
-/// Bump when a field is added, removed or changes meaning.
-pub const TUNE_VERSION: u32 = 1;
+/// Bump when a field is added, removed or changes meaning (2 added `variant`).
+pub const TUNE_VERSION: u32 = 2;
 
 const HEADER: &str = "# kart.tune: the fastest config per kernel, problem and GPU, measured offline.\n\
 # Written by the kernels' tuning programs; commit it beside kart.lock; do not edit.\n\n";
@@ -45,6 +45,10 @@ pub struct TuneRecord {
     pub problem: Problem,
     /// The fastest correct config.
     pub config: Config,
+    /// The variant of `kernel` (a kernel whose `variant_of` names it) the config
+    /// belongs to, when the winner is not `kernel`'s own.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variant: Option<String>,
     /// The target of the winning cubin on that GPU.
     pub target: String,
     /// Its digest: the record is stale once the lock names another.
@@ -66,6 +70,13 @@ pub struct TuneFile {
     /// Records sorted by kernel, GPU and problem.
     #[serde(default, rename = "record")]
     pub records: Vec<TuneRecord>,
+}
+
+impl TuneRecord {
+    /// The kernel whose config won: the variant, else the kernel.
+    pub fn implementation(&self) -> &str {
+        self.variant.as_deref().unwrap_or(&self.kernel)
+    }
 }
 
 impl crate::store::sidecar::Sidecar for TuneFile {
@@ -172,50 +183,68 @@ pub enum Source {
     /// The record nearest on the non-exact keys.
     Nearest(Problem),
     /// No usable record: the kernel's `default`, with its exact params set from the
-    /// problem.
+    /// problem (of the variant whose cubin this GPU prefers).
     Default,
 }
 
-/// The config to run `problem` with on this GPU: the recorded winner for the problem,
-/// else the nearest recorded problem (same exact keys; distance over the other keys in
-/// log scale), else the kernel's declared default adjusted to the exact keys. Stale
-/// records (the lock now names another digest) are skipped.
+/// `best()`'s answer: which kernel of the family to load, with which config.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Choice {
+    /// The kernel: the one asked for, or one of its variants.
+    pub kernel: String,
+    /// Its config.
+    pub config: Config,
+    /// Where the answer came from.
+    pub source: Source,
+}
+
+/// The kernel and config to run `problem` with on this GPU, among `family` (a kernel
+/// and its variants, base first: [`Project::family`](crate::build::manifest::Project::family)):
+/// the recorded winner for the problem, else the nearest recorded problem (same exact
+/// keys; distance over the other keys in log scale), else a declared default adjusted
+/// to the exact keys, of the kernel whose cubin this GPU prefers (the resolution rules:
+/// an exact `sm_90a` before `sm_90` on 9.0). Stale records (the lock now names
+/// another digest) are skipped.
 pub fn best(
     tune: &TuneFile,
     lock: &Lockfile,
-    kernel: &Kernel,
+    family: &[&Kernel],
     gpu_name: &str,
     capability: Capability,
     problem: &Problem,
-) -> Result<(Config, Source)> {
-    best_of(&tune.records, lock, kernel, gpu_name, capability, problem)
+) -> Result<Choice> {
+    best_of(&tune.records, lock, family, gpu_name, capability, problem)
 }
 
 /// [`best`] over a slice of records (all of `kart.tune`, or the ones an index picked).
 fn best_of(
     records: &[TuneRecord],
     lock: &Lockfile,
-    kernel: &Kernel,
+    family: &[&Kernel],
     gpu_name: &str,
     capability: Capability,
     problem: &Problem,
-) -> Result<(Config, Source)> {
-    let exact_keys: Vec<&String> = kernel
+) -> Result<Choice> {
+    let Some(base) = family.first() else {
+        return Err(Error::usage("best() of an empty family of kernels", None));
+    };
+    let exact_keys: Vec<&String> = base
         .tune
         .as_ref()
         .map(|t| t.exact.values().collect())
         .unwrap_or_default();
     let usable = records.iter().filter(|r| {
-        r.kernel == kernel.name
+        r.kernel == base.name
             && r.gpu == gpu_name
+            && family.iter().any(|k| k.name == r.implementation())
             && exact_keys
                 .iter()
                 .all(|k| r.problem.get(*k) == problem.get(*k))
-            && artifact_for(lock, &kernel.name, &r.config, capability)
+            && artifact_for(lock, r.implementation(), &r.config, capability)
                 .is_some_and(|a| a.digest == r.digest)
     });
     let distance = |p: &Problem| -> f64 {
-        let nearest = kernel
+        let nearest = base
             .tune
             .as_ref()
             .map(|t| t.nearest.as_slice())
@@ -241,8 +270,55 @@ fn best_of(
         } else {
             Source::Nearest(r.problem.clone())
         };
-        return Ok((r.config.clone(), source));
+        return Ok(Choice {
+            kernel: r.implementation().to_string(),
+            config: r.config.clone(),
+            source,
+        });
     }
+    // No record: each member's default for this GPU, and of those the one whose
+    // cubin the resolution rules prefer.
+    let mut defaults = Vec::new();
+    let mut first_error = None;
+    for kernel in family {
+        match default_for(lock, kernel, gpu_name, capability, problem) {
+            Ok((config, artifact)) => defaults.push((kernel, config, artifact)),
+            Err(e) => {
+                first_error.get_or_insert(e);
+            }
+        }
+    }
+    let available: Vec<_> = defaults
+        .iter()
+        .filter_map(|(_, _, a)| a.target.parse().ok().map(|t| (t, a.kind)))
+        .collect();
+    let preferred = crate::runtime::resolve::resolve(capability, &available, JitPolicy::Forbid);
+    let chosen = defaults
+        .into_iter()
+        .find(|(_, _, a)| preferred.is_some_and(|(t, k)| a.kind == k && a.target == t.to_string()));
+    match (chosen, first_error) {
+        (Some((kernel, config, _)), _) => Ok(Choice {
+            kernel: kernel.name.clone(),
+            config,
+            source: Source::Default,
+        }),
+        (None, Some(e)) => Err(e),
+        (None, None) => Err(Error::NotLoadable {
+            message: format!("no kernel of `{}`'s family fits this GPU", base.name),
+            hint: Some(format!("run `kart build {}`", base.name)),
+        }),
+    }
+}
+
+/// `kernel`'s declared default with its exact params set from the problem, and the
+/// artifact this GPU would load for it.
+fn default_for<'a>(
+    lock: &'a Lockfile,
+    kernel: &Kernel,
+    gpu_name: &str,
+    capability: Capability,
+    problem: &Problem,
+) -> Result<(Config, &'a LockedArtifact)> {
     let Some(default) = &kernel.default else {
         return Err(Error::NotLoadable {
             message: format!(
@@ -263,40 +339,40 @@ fn best_of(
             }
         }
     }
-    if artifact_for(lock, &kernel.name, &config, capability).is_none() {
-        // The default with the problem's exact params may be outside the grid (a rule
-        // removed it): take the built config with those exact params that differs from
-        // the default in the fewest params.
-        let exact: Vec<&String> = kernel
-            .tune
-            .as_ref()
-            .map(|t| t.exact.keys().collect())
-            .unwrap_or_default();
-        let differs = |c: &Config| {
-            c.0.iter()
-                .filter(|(k, v)| default.0.get(*k) != Some(*v))
-                .count()
-        };
-        let closest = lock
-            .artifacts
-            .iter()
-            .filter(|a| a.kernel == kernel.name)
-            .map(|a| &a.config)
-            .filter(|c| exact.iter().all(|p| c.0.get(*p) == config.0.get(*p)))
-            .filter(|c| artifact_for(lock, &kernel.name, c, capability).is_some())
-            .min_by_key(|c| (differs(c), (*c).clone()));
-        if let Some(c) = closest {
-            return Ok((c.clone(), Source::Default));
-        }
-        return Err(Error::NotLoadable {
-            message: format!(
-                "`{}`'s default config adjusted to the problem, {config}, has no artifact for this GPU in kart.lock",
-                kernel.name
-            ),
-            hint: Some(format!("run `kart build {}`", kernel.name)),
-        });
+    if let Some(artifact) = artifact_for(lock, &kernel.name, &config, capability) {
+        return Ok((config, artifact));
     }
-    Ok((config, Source::Default))
+    // The default with the problem's exact params may be outside the grid (a rule
+    // removed it): take the built config with those exact params that differs from the
+    // default in the fewest params.
+    let exact: Vec<&String> = kernel
+        .tune
+        .as_ref()
+        .map(|t| t.exact.keys().collect())
+        .unwrap_or_default();
+    let differs = |c: &Config| {
+        c.0.iter()
+            .filter(|(k, v)| default.0.get(*k) != Some(*v))
+            .count()
+    };
+    let closest = lock
+        .artifacts
+        .iter()
+        .filter(|a| a.kernel == kernel.name)
+        .map(|a| &a.config)
+        .filter(|c| exact.iter().all(|p| c.0.get(*p) == config.0.get(*p)))
+        .filter_map(|c| artifact_for(lock, &kernel.name, c, capability).map(|a| (c, a)))
+        .min_by_key(|(c, _)| (differs(c), (*c).clone()));
+    if let Some((c, a)) = closest {
+        return Ok((c.clone(), a));
+    }
+    Err(Error::NotLoadable {
+        message: format!(
+            "`{}`'s default config adjusted to the problem, {config}, has no artifact for this GPU in kart.lock",
+            kernel.name
+        ),
+        hint: Some(format!("run `kart build {}`", kernel.name)),
+    })
 }
 
 /// [`best`] memoized for the steady state: a repeated (kernel, GPU, problem) is a map
@@ -305,7 +381,7 @@ fn best_of(
 /// safe to share between threads.
 #[derive(Debug, Default)]
 pub struct BestCache {
-    memo: std::sync::RwLock<std::collections::HashMap<BestKey, (Config, Source)>>,
+    memo: std::sync::RwLock<std::collections::HashMap<BestKey, Choice>>,
     /// The records grouped by (kernel, GPU name), built at the first miss: a new
     /// problem is compared only with its kernel's records for its GPU.
     index: std::sync::OnceLock<std::collections::HashMap<(String, String), Vec<TuneRecord>>>,
@@ -325,13 +401,14 @@ impl BestCache {
         &self,
         tune: &TuneFile,
         lock: &Lockfile,
-        kernel: &Kernel,
+        family: &[&Kernel],
         gpu_name: &str,
         capability: Capability,
         problem: &Problem,
-    ) -> Result<(Config, Source)> {
+    ) -> Result<Choice> {
+        let name = family.first().map_or("", |k| k.name.as_str());
         let key: BestKey = (
-            kernel.name.clone(),
+            name.to_string(),
             gpu_name.to_string(),
             (capability.major, capability.minor),
             problem.iter().map(|(k, v)| (k.clone(), *v)).collect(),
@@ -353,9 +430,9 @@ impl BestCache {
             index
         });
         let records = index
-            .get(&(kernel.name.clone(), gpu_name.to_string()))
+            .get(&(name.to_string(), gpu_name.to_string()))
             .map_or(&[][..], Vec::as_slice);
-        let answer = best_of(records, lock, kernel, gpu_name, capability, problem)?;
+        let answer = best_of(records, lock, family, gpu_name, capability, problem)?;
         if let Ok(mut memo) = self.memo.write() {
             memo.insert(key, answer.clone());
         }
@@ -366,6 +443,8 @@ impl BestCache {
 /// What one config did in a tuning run.
 #[derive(Clone, Debug)]
 pub struct Trial {
+    /// The kernel of the family it belongs to.
+    pub kernel: String,
     /// The config.
     pub config: Config,
     /// Its median time in microseconds, or why it was not timed (wrong result, failed
@@ -467,31 +546,39 @@ pub fn median_time_us(
     Ok(times[times.len() / 2])
 }
 
-/// Times every config of `kernel` in the lock that fits `problem`'s exact keys and that
-/// this GPU can run: each is checked first (a wrong config never wins), then warmed up
-/// and timed with CUDA events, median of `settings.runs`. Returns every trial and the
-/// record of the fastest correct one.
+/// Times every config of `family` (a kernel and its variants, base first) in the lock
+/// that fits `problem`'s exact keys and that this GPU can run: each is checked first (a
+/// wrong config never wins), then warmed up and timed with CUDA events, median of
+/// `settings.runs`. Returns every trial and the record of the fastest correct one,
+/// under the base's name (with `variant` set when a variant won).
 pub fn tune_problem(
     rt: &Runtime,
     gpu: &Gpu,
-    kernel: &Kernel,
+    family: &[&Kernel],
     problem: &Problem,
     settings: TuneSettings,
     bench: &mut dyn TuneBench,
 ) -> Result<(Vec<Trial>, Option<TuneRecord>)> {
-    let mut configs: Vec<&Config> = rt
-        .lock()
-        .artifacts
-        .iter()
-        .filter(|a| a.kernel == kernel.name && matches_exact(kernel, &a.config, problem))
-        .map(|a| &a.config)
-        .collect();
-    configs.sort();
-    configs.dedup();
+    let Some(base) = family.first() else {
+        return Ok((Vec::new(), None));
+    };
+    let mut configs: Vec<(&Kernel, &Config)> = Vec::new();
+    for kernel in family {
+        let mut own: Vec<&Config> = rt
+            .lock()
+            .artifacts
+            .iter()
+            .filter(|a| a.kernel == kernel.name && matches_exact(kernel, &a.config, problem))
+            .map(|a| &a.config)
+            .collect();
+        own.sort();
+        own.dedup();
+        configs.extend(own.into_iter().map(|c| (*kernel, c)));
+    }
     let mut trials = Vec::new();
-    let mut best: Option<(f64, &Config, LockedArtifact)> = None;
+    let mut best: Option<(f64, &Kernel, &Config, LockedArtifact)> = None;
     let mut runner_up: Option<f64> = None;
-    for config in configs {
+    for (kernel, config) in configs {
         let Some(artifact) = artifact_for(rt.lock(), &kernel.name, config, gpu.capability) else {
             continue;
         };
@@ -513,28 +600,30 @@ pub fn tune_problem(
         };
         if let Ok(us) = result {
             match &best {
-                Some((b, _, _)) if *b <= us => {
+                Some((b, ..)) if *b <= us => {
                     runner_up = Some(runner_up.map_or(us, |r: f64| r.min(us)));
                 }
                 _ => {
-                    if let Some((b, _, _)) = &best {
+                    if let Some((b, ..)) = &best {
                         runner_up = Some(runner_up.map_or(*b, |r: f64| r.min(*b)));
                     }
-                    best = Some((us, config, artifact.clone()));
+                    best = Some((us, kernel, config, artifact.clone()));
                 }
             }
         }
         trials.push(Trial {
+            kernel: kernel.name.clone(),
             config: config.clone(),
             result,
         });
     }
     let timed = trials.iter().filter(|t| t.result.is_ok()).count();
-    let record = best.map(|(us, config, artifact)| TuneRecord {
-        kernel: kernel.name.clone(),
+    let record = best.map(|(us, kernel, config, artifact)| TuneRecord {
+        kernel: base.name.clone(),
         gpu: gpu.name.clone(),
         problem: problem.clone(),
         config: config.clone(),
+        variant: (kernel.name != base.name).then(|| kernel.name.clone()),
         target: artifact.target.clone(),
         digest: artifact.digest.clone(),
         median_us: (us * 100.0).round() / 100.0,
@@ -604,6 +693,7 @@ mod tests {
             gpu: "NVIDIA H200".into(),
             problem: p,
             config: c,
+            variant: None,
             target: "sm_90".into(),
             digest: digest.to_string().repeat(64),
             median_us: 10.0,
@@ -621,7 +711,10 @@ mod tests {
             record(problem(32, 512, 64), cfg(64, 128), '1'),
             record(problem(1, 512, 64), cfg(64, 64), '0'),
         ]);
-        let ask = |p: Problem| best(&tune, &lock, &kernel, "NVIDIA H200", h200, &p).unwrap();
+        let ask = |p: Problem| {
+            let c = best(&tune, &lock, &[&kernel], "NVIDIA H200", h200, &p).unwrap();
+            (c.config, c.source)
+        };
         assert_eq!(ask(problem(32, 512, 64)), (cfg(64, 128), Source::Exact));
         // B = 24 is nearer 32 than 1 (in log scale).
         assert_eq!(
@@ -635,24 +728,24 @@ mod tests {
         let other = best(
             &tune,
             &lock,
-            &kernel,
+            &[&kernel],
             "NVIDIA H100",
             h200,
             &problem(32, 512, 64),
         );
-        assert_eq!(other.unwrap().1, Source::Default);
+        assert_eq!(other.unwrap().source, Source::Default);
         // A stale record (the lock names another digest now) is skipped.
         let mut stale = TuneFile::default();
         stale.merge(vec![record(problem(32, 512, 64), cfg(64, 128), '9')]);
         let got = best(
             &stale,
             &lock,
-            &kernel,
+            &[&kernel],
             "NVIDIA H200",
             h200,
             &problem(32, 512, 64),
         );
-        assert_eq!(got.unwrap().1, Source::Default);
+        assert_eq!(got.unwrap().source, Source::Default);
         // A default whose adjusted form is not built (a rule removed HEAD_DIM 128 with
         // BM 128): the built config with HEAD_DIM 128 nearest the default.
         let wide = Kernel {
@@ -662,12 +755,78 @@ mod tests {
         let got = best(
             &tune,
             &lock,
-            &wide,
+            &[&wide],
             "NVIDIA H100",
             h200,
             &problem(32, 512, 128),
         );
-        assert_eq!(got.unwrap(), (cfg(128, 64), Source::Default));
+        let got = got.unwrap();
+        assert_eq!((got.config, got.source), (cfg(128, 64), Source::Default));
+    }
+
+    #[test]
+    fn best_chooses_among_variants_by_record_then_by_resolution() {
+        let (base, lock) = setup();
+        let template = lock.artifacts[0].clone();
+        let mut artifacts = lock.artifacts.clone();
+        for (i, d) in [64, 128].into_iter().enumerate() {
+            artifacts.push(LockedArtifact {
+                kernel: "fa3".into(),
+                config: cfg(d, 64),
+                target: "sm_90a".into(),
+                digest: format!("{}", i + 5).repeat(64),
+                ..template.clone()
+            });
+        }
+        let lock = Lockfile::new(artifacts);
+        let variant = Kernel {
+            name: "fa3".into(),
+            ..base.clone()
+        };
+        let family = [&base, &variant];
+        let h200 = Capability { major: 9, minor: 0 };
+        let ask = |tune: &TuneFile, p: Problem| {
+            best(tune, &lock, &family, "NVIDIA H200", h200, &p).unwrap()
+        };
+        // No record: on 9.0 the exact sm_90a cubin of the variant beats sm_90.
+        let none = TuneFile::default();
+        let got = ask(&none, problem(8, 512, 128));
+        assert_eq!(
+            (got.kernel.as_str(), got.config, got.source),
+            ("fa3", cfg(128, 64), Source::Default)
+        );
+        // A record names the winner, the base's own or the variant's.
+        let mut tune = TuneFile::default();
+        let mut won = record(problem(32, 512, 64), cfg(64, 64), '5');
+        won.variant = Some("fa3".into());
+        tune.merge(vec![won, record(problem(1, 512, 64), cfg(64, 64), '0')]);
+        let got = ask(&tune, problem(32, 512, 64));
+        assert_eq!((got.kernel.as_str(), got.source), ("fa3", Source::Exact));
+        let got = ask(&tune, problem(1, 512, 64));
+        assert_eq!((got.kernel.as_str(), got.config), ("fa", cfg(64, 64)));
+        // The variant alone: its records are the base's, so none apply.
+        let alone = best(
+            &tune,
+            &lock,
+            &[&variant],
+            "NVIDIA H200",
+            h200,
+            &problem(32, 512, 64),
+        )
+        .unwrap();
+        assert_eq!(alone.source, Source::Default);
+        // A variant's record whose digest the lock no longer names is stale.
+        let mut stale = TuneFile::default();
+        let mut old = record(problem(32, 512, 64), cfg(64, 64), '7');
+        old.variant = Some("fa3".into());
+        stale.merge(vec![old]);
+        assert_eq!(ask(&stale, problem(32, 512, 64)).source, Source::Default);
+        // Without a cubin for the GPU in the family (compute capability 10.0).
+        let b200 = Capability {
+            major: 10,
+            minor: 0,
+        };
+        assert!(best(&none, &lock, &family, "B200", b200, &problem(8, 512, 64)).is_err());
     }
 
     proptest::proptest! {
@@ -688,10 +847,10 @@ mod tests {
             let fa: Problem = [("B".into(), b), ("H".into(), h), ("S".into(), s), ("D".into(), d), ("causal".into(), causal)].into();
             let gemm: Problem = [("M".into(), m), ("N".into(), n), ("K".into(), k)].into();
             for (kernel, problem) in [("flash_attn", &fa), ("sgemm", &gemm)] {
-                let kernel = project.kernel(kernel).unwrap();
-                let slow = best(&tune, &lock, kernel, gpu, h100, problem).map_err(|e| e.to_string());
+                let family = project.family(kernel).unwrap();
+                let slow = best(&tune, &lock, &family, gpu, h100, problem).map_err(|e| e.to_string());
                 for _ in 0..2 {
-                    let fast = cache.best(&tune, &lock, kernel, gpu, h100, problem).map_err(|e| e.to_string());
+                    let fast = cache.best(&tune, &lock, &family, gpu, h100, problem).map_err(|e| e.to_string());
                     proptest::prop_assert_eq!(&fast, &slow);
                 }
             }

@@ -233,7 +233,7 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
         let (trials, record) = kart::tune::tune_problem(
             rt,
             gpu,
-            kernel,
+            &[kernel],
             &problem,
             TuneSettings::default(),
             &mut bench,
@@ -276,10 +276,10 @@ fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
     let mut ok = true;
     for problem in G::problems().into_iter().chain([G::unseen_problem()]) {
         let t0 = std::time::Instant::now();
-        let (config, source) = kart::tune::best(
+        let kart::tune::Choice { config, source, .. } = kart::tune::best(
             &tune,
             rt.lock(),
-            kernel,
+            &[kernel],
             &gpu.name,
             gpu.capability,
             &problem,

@@ -2,7 +2,10 @@
 //
 // O = softmax(Q K^T / sqrt(D)) V, fp16 Q, K, V, O laid out [batch, heads, seq, D]
 // contiguous, fp32 scores, softmax statistics and accumulation; any seq (tails masked);
-// CAUSAL = 1 masks keys after the query. The same contract as kernels/flash_attn.
+// CAUSAL = 1 masks keys after the query. The same contract as kernels/flash_attn, and
+// the same entry name: this kernel is its variant (kernel.toml's variant_of), and kart
+// makes the tensor maps and the head count from the caller's pointers and problem
+// ([launch.args]), so both are called alike.
 //
 // A block computes BM = 64 * CONSUMERS query rows of one (batch, head) at a time and
 // stays resident for several (a persistent kernel: the grid is what fits on the GPU,
@@ -65,8 +68,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
-    flash_attn_hopper(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
-                      const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
+    kart_flash_attn_fwd(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
+                        const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
   using T = half_t;
   constexpr int BM = 64 * CONSUMERS;
   constexpr int CHUNKS = D / 64;  // 64-column chunks of a row: one 128-byte swizzle row each

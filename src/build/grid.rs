@@ -45,6 +45,9 @@ pub struct LaunchSpec {
     pub block: Vec<Expr>,
     /// Bytes of dynamic shared memory (0 when absent).
     pub shared_mem: Option<Expr>,
+    /// `[launch.args]`: per entry, how kart makes each parameter from the caller's
+    /// arguments (entries not named take their parameters as the caller passes them).
+    pub args: BTreeMap<String, Vec<crate::build::call::ArgSpec>>,
 }
 
 /// `[launch]` as text, as the lock and the exported module carry it.
@@ -57,6 +60,9 @@ pub struct LaunchText {
     pub block: Vec<String>,
     /// Dynamic shared memory expression (`"0"` when absent).
     pub shared_mem: String,
+    /// `[launch.args]`, per entry.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub args: BTreeMap<String, Vec<crate::build::call::ArgText>>,
 }
 
 /// Launch geometry computed for one config and problem.
@@ -115,6 +121,11 @@ impl LaunchSpec {
                 .shared_mem
                 .as_ref()
                 .map_or_else(|| "0".to_string(), |e| e.text.clone()),
+            args: self
+                .args
+                .iter()
+                .map(|(entry, a)| (entry.clone(), a.iter().map(|a| a.text()).collect()))
+                .collect(),
         }
     }
 
@@ -127,6 +138,17 @@ impl LaunchSpec {
             grid: parse(&text.grid)?,
             block: parse(&text.block)?,
             shared_mem: Some(Expr::parse(&text.shared_mem)?),
+            args: text
+                .args
+                .iter()
+                .map(|(entry, a)| {
+                    let specs = a
+                        .iter()
+                        .map(crate::build::call::ArgSpec::from_text)
+                        .collect::<Result<Vec<_>, _>>()?;
+                    Ok((entry.clone(), specs))
+                })
+                .collect::<Result<_, ExprError>>()?,
         })
     }
 
@@ -527,6 +549,7 @@ mod tests {
             ],
             block: vec![Expr::parse("NUM_WARPS * 32").unwrap()],
             shared_mem: Some(Expr::parse("TILES * 1024").unwrap()),
+            args: BTreeMap::new(),
         };
         let problem: BTreeMap<String, i64> = [
             ("B".into(), 2),

@@ -252,6 +252,7 @@ mod tests {
             require: Vec::new(),
             derived: Vec::new(),
             launch: None,
+            variant_of: None,
             kept: Default::default(),
         };
         (toolchain, kernel)

@@ -184,9 +184,24 @@ pub struct Kernel {
     pub derived: Vec<crate::build::grid::Derived>,
     /// `[launch]`: grid, block and shared memory from a config and a problem.
     pub launch: Option<crate::build::grid::LaunchSpec>,
+    /// `variant_of = "NAME"`: this kernel is another implementation of `NAME`, called
+    /// the same way (same entries and call signatures, same tuning problem); `best()`
+    /// and resolution choose among the base and its variants.
+    pub variant_of: Option<VariantOf>,
     /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
     /// thousands of combinations is not filtered again by every later step).
     pub kept: std::sync::OnceLock<Vec<Config>>,
+}
+
+/// Where a kernel says `variant_of`, for the project-wide checks' messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VariantOf {
+    /// The base kernel's name.
+    pub base: String,
+    /// Line of the key in kernel.toml.
+    pub line: usize,
+    /// Column.
+    pub column: usize,
 }
 
 /// A kernel's `[tune]` table: the integer keys of a problem, which of them a config
@@ -362,6 +377,7 @@ impl Project {
                 });
             }
         }
+        check_variants(&kernels)?;
         Ok(Project {
             root,
             kernels_dir,
@@ -373,6 +389,22 @@ impl Project {
             remote,
             kernels,
         })
+    }
+
+    /// `name` and its variants (kernels whose `variant_of` names it), base first, the
+    /// rest by name: the implementations `best()` and the tuner choose from. A
+    /// variant's own name gives it alone.
+    pub fn family(&self, name: &str) -> Result<Vec<&Kernel>> {
+        let base = self.kernel(name)?;
+        let mut family = vec![base];
+        if base.variant_of.is_none() {
+            family.extend(
+                self.kernels
+                    .iter()
+                    .filter(|k| k.variant_of.as_ref().is_some_and(|v| v.base == name)),
+            );
+        }
+        Ok(family)
     }
 
     /// The kernel named `name`, or a usage error listing the kernels that exist.
@@ -441,11 +473,19 @@ pub fn load_kernel(
         require: Vec::new(),
         derived: Vec::new(),
         launch: None,
+        variant_of: raw.variant_of.as_ref().map(|v| {
+            let (line, column) = file.locate(v.span().start);
+            VariantOf {
+                base: v.get_ref().clone(),
+                line,
+                column,
+            }
+        }),
         kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;
     kernel.require = rules(&file, &raw, &kernel)?;
-    kernel.launch = launch(&file, &raw)?;
+    kernel.launch = launch(&file, &raw, &kernel)?;
     let configs = check_grid(&file, &raw, &kernel)?;
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
     kernel.default = default_config(&file, &raw, &kernel, &configs)?;
@@ -1050,9 +1090,9 @@ fn rules(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<Vec<
     Ok(rules)
 }
 
-/// `[launch]`: 1 to 3 grid and block expressions, optional shared memory; names that
-/// are not params are the problem's keys, checked at launch.
-fn launch(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Option<LaunchSpec>> {
+/// `[launch]`: 1 to 3 grid and block expressions, optional shared memory, and
+/// `[launch.args]`; names that are not params are the problem's keys, checked at launch.
+fn launch(file: &SourceFile<'_>, raw: &RawKernel, kernel: &Kernel) -> Result<Option<LaunchSpec>> {
     let Some(l) = &raw.launch else {
         return Ok(None);
     };
@@ -1069,6 +1109,13 @@ fn launch(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Option<LaunchSpec>> 
             .map(|t| expression(file, t, &format!("[launch] {what}")))
             .collect()
     };
+    let mut args = BTreeMap::new();
+    for (entry, slots) in &l.args {
+        args.insert(
+            entry.get_ref().clone(),
+            launch_args(file, kernel, entry, slots)?,
+        );
+    }
     Ok(Some(LaunchSpec {
         grid: list(&l.grid, "grid")?,
         block: list(&l.block, "block")?,
@@ -1077,7 +1124,241 @@ fn launch(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Option<LaunchSpec>> 
             .as_ref()
             .map(|t| expression(file, t, "[launch] shared_mem"))
             .transpose()?,
+        args,
     }))
+}
+
+const ARGS_HINT: &str = "each parameter is \"pass\" (the caller's argument), { value = \"EXPR\" } (an integer kart computes), or { tensormap = \"f16\", shape = [...], tile = [...], swizzle = 128 } (a tensor map kart makes over the caller's pointer)";
+
+/// One entry's `[launch.args]`: a slot per parameter of its declared signature.
+fn launch_args(
+    file: &SourceFile<'_>,
+    kernel: &Kernel,
+    entry: &Spanned<String>,
+    slots: &Spanned<Vec<Spanned<toml::Value>>>,
+) -> Result<Vec<crate::build::call::ArgSpec>> {
+    use crate::build::call::{ArgSpec, TMA_TYPES};
+    use crate::runtime::signature::ParamKind;
+    let Some(signature) = kernel.signature.get(entry.get_ref()) else {
+        return Err(file.error(
+            entry.span(),
+            format!(
+                "[launch.args] names `{}`, which is not an entry with a [signature]",
+                entry.get_ref()
+            ),
+            "declare the entry's parameter kinds in [signature] first; [launch.args] says how kart makes each of them",
+        ));
+    };
+    if slots.get_ref().len() != signature.len() {
+        return Err(file.error(
+            slots.span(),
+            format!(
+                "[launch.args] {} has {} slots, but its [signature] has {} parameters",
+                entry.get_ref(),
+                slots.get_ref().len(),
+                signature.len()
+            ),
+            ARGS_HINT,
+        ));
+    }
+    // Expressions inside a slot's table have no span of their own: errors point at the
+    // slot and quote the text.
+    let expr_at = |slot: &Spanned<toml::Value>, what: &str, value: &toml::Value| -> Result<Expr> {
+        let text = match value {
+            toml::Value::String(t) => t.clone(),
+            toml::Value::Integer(i) => i.to_string(),
+            _ => {
+                return Err(file.error(
+                    slot.span(),
+                    format!("[launch.args] {what} must be an expression (a string) or an integer"),
+                    ARGS_HINT,
+                ));
+            }
+        };
+        Expr::parse(&text).map_err(|e| {
+            file.error(
+                slot.span(),
+                format!("[launch.args] {what} = \"{text}\": {}", e.message),
+                "expressions use integers, names (params, derived params, problem keys), + - * / %, comparisons, min, max, cdiv",
+            )
+        })
+    };
+    let mut out = Vec::new();
+    for (i, (slot, kind)) in slots.get_ref().iter().zip(signature).enumerate() {
+        let at = format!("{} parameter {i} ({kind})", entry.get_ref());
+        let bad =
+            |why: String| file.error(slot.span(), format!("[launch.args] {at}: {why}"), ARGS_HINT);
+        let spec = match slot.get_ref() {
+            toml::Value::String(w) if w == "pass" => ArgSpec::Pass,
+            toml::Value::Table(t) => {
+                let known = ["value", "tensormap", "shape", "tile", "swizzle"];
+                if let Some(k) = t.keys().find(|k| !known.contains(&k.as_str())) {
+                    return Err(bad(format!("unknown key `{k}`")));
+                }
+                match (t.get("value"), t.get("tensormap")) {
+                    (Some(v), None) if t.len() == 1 => {
+                        let integer = matches!(
+                            kind,
+                            ParamKind::I8
+                                | ParamKind::U8
+                                | ParamKind::I16
+                                | ParamKind::U16
+                                | ParamKind::I32
+                                | ParamKind::U32
+                                | ParamKind::I64
+                                | ParamKind::U64
+                        );
+                        if !integer {
+                            return Err(bad("a computed value goes only into an integer parameter".into()));
+                        }
+                        ArgSpec::Value(expr_at(slot, &format!("{at} value"), v)?)
+                    }
+                    (None, Some(toml::Value::String(dtype))) => {
+                        if *kind != ParamKind::TensorMap {
+                            return Err(bad("a tensor map goes only into a `tensormap` parameter".into()));
+                        }
+                        if !TMA_TYPES.iter().any(|(n, _)| n == dtype) {
+                            return Err(bad(format!(
+                                "`{dtype}` is not a tensor map element type (one of {})",
+                                TMA_TYPES.map(|(n, _)| n).join(", ")
+                            )));
+                        }
+                        let exprs = |what: &str| -> Result<Vec<Expr>> {
+                            match t.get(what) {
+                                Some(toml::Value::Array(v)) if (1..=5).contains(&v.len()) => v
+                                    .iter()
+                                    .enumerate()
+                                    .map(|(d, e)| expr_at(slot, &format!("{at} {what}[{d}]"), e))
+                                    .collect(),
+                                _ => Err(bad(format!(
+                                    "`{what}` must be a list of 1 to 5 sizes, outermost first"
+                                ))),
+                            }
+                        };
+                        let shape = exprs("shape")?;
+                        let tile = exprs("tile")?;
+                        if shape.len() != tile.len() {
+                            return Err(bad("`shape` and `tile` need one size per dimension".into()));
+                        }
+                        let swizzle = match t.get("swizzle") {
+                            None => 0,
+                            Some(toml::Value::Integer(b)) if [0, 32, 64, 128].contains(b) => *b as u32,
+                            Some(_) => return Err(bad("`swizzle` must be 0, 32, 64 or 128 (bytes)".into())),
+                        };
+                        ArgSpec::TensorMap {
+                            dtype: dtype.clone(),
+                            shape,
+                            tile,
+                            swizzle,
+                        }
+                    }
+                    _ => return Err(bad("a table holds either `value` alone or `tensormap` with `shape`, `tile` and `swizzle`".into())),
+                }
+            }
+            other => return Err(bad(format!("`{other}` is not a slot"))),
+        };
+        out.push(spec);
+    }
+    Ok(out)
+}
+
+/// Every `variant_of` names a kernel that is no variant itself, and the variant is
+/// called as its base is: the same entries with the same call signatures, the same
+/// tuning problem.
+fn check_variants(kernels: &[Kernel]) -> Result<()> {
+    for k in kernels {
+        let Some(v) = &k.variant_of else { continue };
+        let fail = |message: String, hint: String| Error::InvalidFile {
+            path: k.manifest.clone(),
+            line: v.line,
+            column: v.column,
+            message,
+            hint: Some(hint),
+        };
+        let Some(base) = kernels.iter().find(|b| b.name == v.base) else {
+            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+            return Err(fail(
+                format!(
+                    "`variant_of` names `{}`, which is not a kernel of this project",
+                    v.base
+                ),
+                format!("kernels: {}", names.join(", ")),
+            ));
+        };
+        if base.name == k.name || base.variant_of.is_some() {
+            return Err(fail(
+                format!(
+                    "`variant_of` names `{}`, which is itself a variant (or this kernel)",
+                    v.base
+                ),
+                "name the base kernel: variants form one level".into(),
+            ));
+        }
+        if base.entry != k.entry {
+            return Err(fail(
+                format!(
+                    "a variant has its base's entries; `{}` has [{}], `{}` has [{}]",
+                    base.name,
+                    base.entry.join(", "),
+                    k.name,
+                    k.entry.join(", ")
+                ),
+                "give the variant's functions the base's names (a template entry is found by its template's name)".into(),
+            ));
+        }
+        let call = |kernel: &Kernel, entry: &str| {
+            kernel.signature.get(entry).map(|sig| {
+                let args = kernel
+                    .launch
+                    .as_ref()
+                    .and_then(|l| l.args.get(entry))
+                    .map(Vec::as_slice);
+                crate::build::call::call_signature(sig, args)
+            })
+        };
+        for entry in &k.entry {
+            let (theirs, ours) = (call(base, entry), call(k, entry));
+            if theirs.is_none() || theirs != ours {
+                let show = |c: Option<Vec<crate::runtime::signature::ParamKind>>| {
+                    c.map_or("no [signature]".into(), |c| {
+                        format!(
+                            "[{}]",
+                            c.iter()
+                                .map(|k| k.to_string())
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        )
+                    })
+                };
+                return Err(fail(
+                    format!(
+                        "`{entry}` is called with {} in `{}` but {} in `{}`",
+                        show(theirs),
+                        base.name,
+                        show(ours),
+                        k.name
+                    ),
+                    "declare [signature] in both, and make the difference in [launch.args] (tensor maps from pointers, values from the problem)".into(),
+                ));
+            }
+        }
+        let problem = |kernel: &Kernel| {
+            kernel.tune.as_ref().map(|t| {
+                let exact: std::collections::BTreeSet<String> = t.exact.values().cloned().collect();
+                (exact, t.nearest.clone())
+            })
+        };
+        if problem(base) != problem(k) {
+            return Err(fail(
+                format!(
+                    "`{}` and its variant `{}` describe the tuning problem differently ([tune] exact keys and nearest)",
+                    base.name, k.name
+                ),
+                "use the same problem keys in both [tune] tables".into(),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// Every rule and derived param evaluates on every config `[[exclude]]` leaves; the
@@ -1420,6 +1701,7 @@ struct RawKernel {
     #[serde(default)]
     derived: BTreeMap<Spanned<String>, Spanned<String>>,
     launch: Option<RawLaunch>,
+    variant_of: Option<Spanned<String>>,
     param_macros: Option<Spanned<String>>,
     #[serde(default)]
     libraries: Vec<Spanned<String>>,
@@ -1431,6 +1713,8 @@ struct RawLaunch {
     grid: Spanned<Vec<Spanned<String>>>,
     block: Spanned<Vec<Spanned<String>>>,
     shared_mem: Option<Spanned<String>>,
+    #[serde(default)]
+    args: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<toml::Value>>>>,
 }
 
 #[derive(Deserialize)]
@@ -1494,6 +1778,7 @@ mod tests {
             require: Vec::new(),
             derived: Vec::new(),
             launch: None,
+            variant_of: None,
             kept: Default::default(),
         }
     }

@@ -1,6 +1,7 @@
 //! `kart build`: plan every artifact, take what the store has, compile the rest in
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
+pub mod call;
 pub mod compile;
 pub mod entry;
 pub mod expr;

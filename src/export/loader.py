@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import hashlib
+import math
 import struct
 import sys
 import threading
@@ -558,9 +559,10 @@ class TensorMap:
     """A TMA descriptor for a `const __grid_constant__ CUtensorMap` kernel parameter
     (kind "tensormap"): 128 bytes, aligned to 64. It keeps the tensor it describes alive."""
 
-    __slots__ = ("_buffer", "raw", "tensor", "shape", "tile")
+    __slots__ = ("_buffer", "raw", "tensor", "shape", "tile", "device")
 
     def __init__(self):
+        self.device = None  # the ordinal of the GPU its tensor is on, when known
         self._buffer = (ctypes.c_uint8 * 192)()
         aligned = (ctypes.addressof(self._buffer) + 63) & ~63
         self.raw = (ctypes.c_uint64 * 16).from_address(aligned)
@@ -832,6 +834,11 @@ class Launcher:
         self._name = f"{kernel}[{_config_text(config)}].{entry}"
         self._bound = {}  # context handle -> _Bound
         self._geometry = {}  # problem items -> (grid, block, shared_mem) of [launch]
+        # [launch.args]: how the kernel's parameters are made from the caller's
+        # arguments (tensor maps over pointers, values of the problem), if declared.
+        self._made = ((_LAUNCH.get(kernel) or {}).get("args") or {}).get(entry)
+        self._plans = {}  # problem items -> the made parameters' evaluated sizes
+        self._maps = {}  # (parameter, pointer, device, sizes) -> TensorMap
         self._mutex = threading.Lock()  # guards the reused argument buffers below
         self._ctx = ctypes.c_void_p()
         self._ctx_ref = ctypes.byref(self._ctx)
@@ -965,6 +972,8 @@ class Launcher:
         for i, arg in enumerate(args):
             if _is_array(arg) and _pointer_kind(arg) == 1 and arg.get_device() != bound.ordinal:
                 raise _wrong_device(self._name, i, arg.get_device(), bound.ordinal)
+            if isinstance(arg, TensorMap) and arg.device is not None and arg.device != bound.ordinal:
+                raise _wrong_device(self._name, i, arg.device, bound.ordinal)
         if shared_mem > bound.shared_allowed:
             self._allow_shared(bound, shared_mem)
         if stream is None:
@@ -991,14 +1000,104 @@ class Launcher:
 
     def launch(self, *args, problem, stream=None, device=0):
         """Launch with the geometry [launch] computes for `problem` (a dict of named
-        ints): no grid, block or shared-memory arithmetic in the caller. The geometry of
-        a repeated problem is a dictionary hit."""
+        ints): no grid, block or shared-memory arithmetic in the caller. With
+        [launch.args], `args` are the call's (tensors for the tensor maps kart makes,
+        nothing for the values it computes). The geometry of a repeated problem is a
+        dictionary hit."""
         key = (device, *problem.items())
+        if self._made is not None:
+            args = self._call_args(key, args, problem, device)
         geometry = self._geometry.get(key)
         if geometry is None:
             geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem, device)
         grid, block, shared = geometry
         self(grid, block, *args, shared_mem=shared, stream=stream, device=device)
+
+    def _plan(self, key, problem, device):
+        """Each made parameter with its sizes evaluated for `problem`: ("pass",),
+        ("value", v) or ("map", dtype, shape, tile, swizzle)."""
+        plan = self._plans.get(key)
+        if plan is not None:
+            return plan
+        texts = [t for m in self._made if isinstance(m, dict) for t in (m.get("shape", []) + m.get("tile", []))]
+        texts += [m["value"] for m in self._made if isinstance(m, dict) and "value" in m]
+        if "SMS" not in problem and any("SMS" in str(t) for t in texts):
+            problem = {**problem, "SMS": _multiprocessors(device)}
+        env = {**problem, **self._env}
+
+        def value(text, what):
+            try:
+                return evaluate(str(text), env)
+            except ExprError as e:
+                keys = ", ".join(sorted(problem)) or "no keys"
+                raise ExprError(e.kind, f"{self._name}: [launch.args] {what} = \"{text}\": {e} (the problem has "
+                                f"{keys})", e.at) from None
+
+        plan = []
+        for i, m in enumerate(self._made):
+            if m == "pass":
+                plan.append(("pass",))
+            elif "value" in m:
+                plan.append(("value", value(m["value"], f"parameter {i}")))
+            else:
+                sizes = [tuple(value(t, f"parameter {i} {what}[{d}]") for d, t in enumerate(m[what]))
+                         for what in ("shape", "tile")]
+                for what, values in zip(("shape", "tile"), sizes):
+                    if any(v < 1 for v in values):
+                        raise KartError(f"{self._name}: [launch.args] parameter {i} {what} is {values} for this "
+                                        "problem: every size must be positive")
+                plan.append(("map", m["tensormap"], sizes[0], sizes[1], m["swizzle"]))
+        if len(self._plans) > 256:
+            self._plans.clear()
+        self._plans[key] = plan
+        return plan
+
+    def _call_args(self, key, args, problem, device):
+        """The kernel's parameters from the call's `args`, by [launch.args]."""
+        wanted = sum(1 for m in self._made if not (isinstance(m, dict) and "value" in m))
+        if len(args) != wanted:
+            raise TypeError(f"{self._name} is called with {wanted} arguments ([launch.args] makes the rest), "
+                            f"got {len(args)}")
+        plan = self._plan(key, problem, device)
+        out, given = [], iter(enumerate(args))
+        for slot, p in enumerate(plan):
+            if p[0] == "value":
+                out.append(p[1])
+                continue
+            index, arg = next(given)
+            if p[0] == "pass":
+                out.append(arg)
+                continue
+            _, dtype, shape, tile, swizzle = p
+            where = f"{self._name}: argument {index} (a tensor map of {dtype} {list(shape)} is made over it)"
+            ordinal = None
+            if hasattr(arg, "data_ptr"):
+                if _TORCH_TMA.get(str(arg.dtype).rsplit(".", 1)[-1]) != dtype:
+                    raise TypeError(f"{where} is a {arg.dtype} tensor")
+                if arg.numel() != math.prod(shape) or not arg.is_contiguous():
+                    raise ValueError(f"{where} is a tensor of shape {list(arg.shape)}"
+                                     f"{'' if arg.is_contiguous() else ', not contiguous'}: pass a contiguous "
+                                     f"tensor of {math.prod(shape)} elements")
+                pointer = arg.data_ptr()
+                ordinal = arg.get_device() if hasattr(arg, "get_device") else None
+            else:
+                pointer = _device_pointer(arg)
+                if pointer is None:
+                    raise TypeError(f"{where} must be a tensor, an array with __cuda_array_interface__ or a device "
+                                    f"pointer, not {type(arg).__name__}")
+            map_key = (slot, pointer, ordinal, shape, tile)
+            made = self._maps.get(map_key)
+            if made is None:
+                strides = [1] * len(shape)
+                for d in range(len(shape) - 2, -1, -1):
+                    strides[d] = strides[d + 1] * shape[d + 1]
+                made = tensor_map(pointer, tile, swizzle=swizzle, dtype=dtype, shape=shape, strides=strides)
+                made.device = ordinal
+                if len(self._maps) > 1024:
+                    self._maps.clear()
+                self._maps[map_key] = made
+            out.append(made)
+        return out
 
 
 def launch(kernel, *args, problem, stream=None, device=0, **config):
@@ -1038,7 +1137,7 @@ def torch_op(kernel, mutates, problem=(), name=None, **config):
     info = sample["entries"][0]
     if not info.get("signature"):
         raise KartError(f"{kernel}: torch_op needs the entry's [signature] in kernel.toml")
-    kinds, name = info["signature"], name or kernel
+    kinds, name = _call_kinds(kernel, info), name or kernel
     params, aliases = [], iter("abcdefghijklmnopqrstuvwxyz")
     for i, kind in enumerate(kinds):
         if kind == "ptr":
@@ -1063,6 +1162,16 @@ def torch_op(kernel, mutates, problem=(), name=None, **config):
     torch.library.register_fake(f"kart::{name}", fake, lib=library)
     _torch_libraries.append(library)
     return getattr(torch.ops.kart, name)
+
+
+def _call_kinds(kernel, info):
+    """What the caller passes to an entry: its signature, with the tensor maps of
+    [launch.args] as pointers and its computed values left out."""
+    made = ((_LAUNCH.get(kernel) or {}).get("args") or {}).get(info["name"])
+    if made is None:
+        return list(info["signature"])
+    return [("ptr" if isinstance(m, dict) else kind) for kind, m in zip(info["signature"], made)
+            if not (isinstance(m, dict) and "value" in m)]
 
 
 def _wrong_device(name, index, where, ordinal):
@@ -1143,17 +1252,25 @@ _best_memo = {}
 _tuning_index = {}
 
 
-def best(kernel, device=0, gpu=None, **problem):
+def _family(kernel):
+    """`kernel` and the exported kernels whose kernel.toml says `variant_of` it."""
+    return [kernel] + sorted(k for k, spec in _TUNE_SPEC.items() if spec.get("variant_of") == kernel)
+
+
+def best(kernel, device=0, gpu=None, capability=None, **problem):
     """The launcher of the tuned config for `problem` (named ints, e.g. B=32, H=32,
     S=512, D=64, causal=0) on this GPU, from the tuning records embedded at export: the
     record for this problem, else the nearest one (same exact keys, e.g. D and causal;
-    nearest on the others in log scale), else the kernel's default with its exact params
-    set from the problem. Nothing is timed; a repeated problem is a dictionary hit
-    (memoized per `device` argument, whose GPU name is read once). `gpu` overrides the
-    GPU name (tests)."""
+    nearest on the others in log scale), else a default with its exact params set from
+    the problem. With variants (kernels whose kernel.toml says `variant_of = kernel`,
+    called the same way) the record may name one of them, and without a record the
+    default is the one whose cubin this GPU prefers (an exact `sm_90a` before `sm_90` on
+    9.0). Nothing is timed; a repeated problem is a dictionary hit (memoized per
+    `device` argument, whose GPU name is read once). `gpu` and `capability` ((major,
+    minor)) override the GPU's (tests)."""
     # Keyed in the caller's order of keywords (one call site keeps it): the same
     # problem spelled in another order is only another key with the same answer.
-    key = (kernel, device, gpu, *problem.items())
+    key = (kernel, device, gpu, capability, *problem.items())
     hit = _best_memo.get(key)
     if hit is not None:
         return hit
@@ -1161,14 +1278,41 @@ def best(kernel, device=0, gpu=None, **problem):
         gpu = _gpu_names.get(device)
         if gpu is None:
             gpu = _gpu_names[device] = _gpu_name(device)
-    launcher = _best_uncached(kernel, gpu, problem)
+    launcher = _best_uncached(kernel, gpu, problem, lambda: capability or _device_capability(device))
     _best_memo[key] = launcher
     return launcher
 
 
-def _best_uncached(kernel, gpu, problem):
-    import math
+def _device_capability(device):
+    lib = _cuda()
+    _, ordinal = _current_context(lib, device)
+    return _capability(lib, ordinal)
 
+
+def _default_config(kernel, problem):
+    """`kernel`'s default with its exact params from the problem, or the exported
+    config with those exact params nearest to it; None without a default."""
+    spec = _TUNE_SPEC[kernel]
+    config = dict(spec["default"])
+    if not config:
+        return None
+    for param, key in spec["exact"].items():
+        if key in problem:
+            config[param] = problem[key]
+    exported = kernels().get(kernel, [])
+    if config not in exported:
+        # The default with the problem's exact params may be outside the grid (a rule
+        # removed it): take the exported config with those exact params that differs
+        # from the default in the fewest params (the same choice as kart's best()).
+        same = [c for c in exported if all(c.get(p) == config.get(p) for p in spec["exact"])]
+        if same:
+            config = min(same, key=lambda c: (sum(c.get(k) != v for k, v in spec["default"].items()),
+                                              sorted(c.items())))
+    return config
+
+
+def _best_uncached(kernel, gpu, problem, capability=lambda: _device_capability(0)):
+    """best() without the memo; `capability` gives (major, minor) when variants need it."""
     spec = _TUNE_SPEC.get(kernel)
     if spec is None:
         raise KartError(f"no kernel {kernel!r} was exported")
@@ -1187,23 +1331,27 @@ def _best_uncached(kernel, gpu, problem):
                    for k in spec["nearest"])
 
     if candidates:
-        return load(kernel, **min(candidates, key=distance)["config"])
-    config = dict(spec["default"])
-    if not config:
+        record = min(candidates, key=distance)
+        return load(record.get("variant") or kernel, **record["config"])
+    family = _family(kernel)
+    defaults = [(k, c) for k, c in ((k, _default_config(k, problem)) for k in family) if c is not None]
+    if not defaults:
         raise KartError(f"no tuning record of {kernel} fits this problem on {gpu}, and it has no default")
-    for param, key in spec["exact"].items():
-        if key in problem:
-            config[param] = problem[key]
-    exported = kernels().get(kernel, [])
-    if config not in exported:
-        # The default with the problem's exact params may be outside the grid (a rule
-        # removed it): take the exported config with those exact params that differs
-        # from the default in the fewest params (the same choice as kart's best()).
-        same = [c for c in exported if all(c.get(p) == config.get(p) for p in spec["exact"])]
-        if same:
-            config = min(same, key=lambda c: (sum(c.get(k) != v for k, v in spec["default"].items()),
-                                              sorted(c.items())))
-    return load(kernel, **config)
+    if len(defaults) == 1:
+        return load(defaults[0][0], **defaults[0][1])
+    # Variants: the default of the kernel whose cubin this GPU prefers.
+    device = capability()
+    targets = {}
+    for k, config in defaults:
+        for a in _ARTIFACTS:
+            if a["kernel"] == k and a["config"] == config:
+                targets.setdefault(a["target"], (k, config))
+    chosen = _resolve(device, list(targets))
+    if chosen is None:
+        raise NoCubinForThisGPU(f"no exported cubin of {', '.join(family)} runs on a GPU of compute capability "
+                                f"{device[0]}.{device[1]}; exported: {', '.join(sorted(targets))}")
+    k, config = targets[chosen]
+    return load(k, **config)
 
 
 # --- Data: what was exported (written by kart).

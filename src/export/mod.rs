@@ -85,7 +85,34 @@ pub fn select<'a>(
             })
             .collect();
     }
+    // A kernel named without params brings its variants (kernels whose `variant_of`
+    // names it), so that best() in the module can choose among them; a variant with
+    // nothing to export (no cubin for the asked targets) is left out quietly.
+    let named: Vec<String> = selectors.iter().map(|s| s.kernel.clone()).collect();
+    let mut implied = Vec::new();
+    for selector in selectors.iter().filter(|s| s.params.is_empty()) {
+        for variant in project.kernels.iter().filter(|k| {
+            k.variant_of
+                .as_ref()
+                .is_some_and(|v| v.base == selector.kernel)
+                && !named.contains(&k.name)
+        }) {
+            implied.push(variant.name.clone());
+        }
+    }
     let mut chosen: Vec<&LockedArtifact> = Vec::new();
+    for name in implied {
+        let variant = ExportOptions {
+            selectors: vec![Selector {
+                kernel: name,
+                params: BTreeMap::new(),
+            }],
+            ..options.clone()
+        };
+        if let Ok(more) = select(project, lock, tune, &variant) {
+            chosen.extend(more);
+        }
+    }
     for selector in &selectors {
         let of_kernel: Vec<&LockedArtifact> = lock
             .artifacts
@@ -120,7 +147,7 @@ pub fn select<'a>(
                 .records
                 .iter()
                 .filter(|r| {
-                    r.kernel == selector.kernel
+                    r.implementation() == selector.kernel
                         && lock
                             .artifacts
                             .iter()
@@ -301,11 +328,15 @@ the driver sees it, then loaded once per CUDA context.
             continue;
         };
         let spec = kernel.tune.clone().unwrap_or_default();
-        let record = json!({
+        let mut record = json!({
             "exact": spec.exact,
             "nearest": spec.nearest,
             "default": kernel.default.as_ref().map(config_json).unwrap_or_default(),
         });
+        // JSON's null is not Python: absent keys stay absent.
+        if let Some(v) = &kernel.variant_of {
+            record["variant_of"] = json!(v.base);
+        }
         out.push_str(&format!("    \"{name}\": {record},\n"));
     }
     out.push_str("}\n\n# Tuning records (kart.tune) of the exported cubins.\n_TUNING = [\n");
@@ -314,13 +345,16 @@ the driver sees it, then loaded once per CUDA context.
             .iter()
             .any(|a| a.digest == r.digest && a.config == r.config)
         {
-            let record = json!({
+            let mut record = json!({
                 "kernel": r.kernel,
                 "gpu": r.gpu,
                 "problem": r.problem,
                 "config": config_json(&r.config),
                 "median_us": r.median_us,
             });
+            if let Some(v) = &r.variant {
+                record["variant"] = json!(v);
+            }
             out.push_str(&format!("    {record},\n"));
         }
     }

@@ -294,7 +294,89 @@ impl LoadedArtifact {
         stream: &CudaStream,
         args: &[KernelArg],
     ) -> Result<()> {
-        self.launch(entry, self.dims(problem)?, stream, args)
+        let dims = self.dims(problem)?;
+        match self.launch.as_ref().and_then(|l| l.args.get(entry)) {
+            None => self.launch(entry, dims, stream, args),
+            Some(spec) => {
+                let made = self.call_args(entry, spec, problem, args)?;
+                self.launch(entry, dims, stream, &made)
+            }
+        }
+    }
+
+    /// The kernel's parameters made from the caller's `args` by the entry's
+    /// `[launch.args]`: tensor maps encoded over the caller's pointers, values computed
+    /// from the config and the problem, the rest passed through.
+    pub fn call_args(
+        &self,
+        entry: &str,
+        spec: &[crate::build::call::ArgSpec],
+        problem: &crate::tune::Problem,
+        args: &[KernelArg],
+    ) -> Result<Vec<KernelArg>> {
+        use crate::build::call::{MadeArg, make_args};
+        let builtins = LaunchBuiltins {
+            multiprocessors: self.multiprocessors,
+        };
+        let env = Layered(
+            &self.artifact.config,
+            &Layered(&self.artifact.derived, &Layered(problem, &builtins)),
+        );
+        let what = || format!("{}.{entry}", self.artifact.describe());
+        let made = make_args(entry, spec, args.len(), &env).map_err(|e| {
+            Error::usage(
+                format!("{}: {e}", what()),
+                Some("pass the entry's call arguments (its signature without what [launch.args] makes) and a problem with every key [launch.args] names".into()),
+            )
+        })?;
+        let signature = self
+            .artifact
+            .entries
+            .iter()
+            .find(|e| e.name == entry)
+            .and_then(|e| e.signature.clone())
+            .unwrap_or_default();
+        made.into_iter()
+            .enumerate()
+            .map(|(i, m)| match m {
+                MadeArg::Caller(c) => Ok(args[c].clone()),
+                MadeArg::Value(v) => {
+                    let kind = signature.get(i).copied().unwrap_or(ParamKind::I64);
+                    KernelArg::integer(kind, v).ok_or_else(|| {
+                        Error::usage(
+                            format!("{}: parameter {i} ({kind}) computed by [launch.args] is {v}, which does not fit", what()),
+                            None,
+                        )
+                    })
+                }
+                MadeArg::TensorMap {
+                    caller,
+                    dtype,
+                    shape,
+                    strides,
+                    tile,
+                    swizzle,
+                    ..
+                } => {
+                    let KernelArg::Ptr(ptr) = args[caller] else {
+                        return Err(Error::usage(
+                            format!(
+                                "{}: call argument {caller} is {}, but [launch.args] makes a tensor map of parameter {i} over it: pass a device pointer",
+                                what(),
+                                args[caller].kind()
+                            ),
+                            None,
+                        ));
+                    };
+                    let dtype = tma::TmaType::from_name(&dtype).ok_or_else(|| {
+                        Error::usage(format!("{}: unknown tensor map type `{dtype}`", what()), None)
+                    })?;
+                    let swizzle = tma::Swizzle::from_bytes(swizzle).unwrap_or(tma::Swizzle::None);
+                    tma::TensorMap::tiled(dtype, ptr, &shape, &strides, &tile, swizzle)
+                        .map(KernelArg::TensorMap)
+                }
+            })
+            .collect()
     }
 
     /// Launches `entry` on `stream` with checked arguments: their number and kinds must
@@ -514,6 +596,21 @@ impl KernelArg {
                 align: 1,
             },
         }
+    }
+
+    /// An integer of `kind` holding `v`, if it fits.
+    pub fn integer(kind: ParamKind, v: i64) -> Option<KernelArg> {
+        Some(match kind {
+            ParamKind::I8 => KernelArg::I8(v.try_into().ok()?),
+            ParamKind::U8 => KernelArg::U8(v.try_into().ok()?),
+            ParamKind::I16 => KernelArg::I16(v.try_into().ok()?),
+            ParamKind::U16 => KernelArg::U16(v.try_into().ok()?),
+            ParamKind::I32 => KernelArg::I32(v.try_into().ok()?),
+            ParamKind::U32 => KernelArg::U32(v.try_into().ok()?),
+            ParamKind::I64 => KernelArg::I64(v),
+            ParamKind::U64 => KernelArg::U64(v.try_into().ok()?),
+            _ => return None,
+        })
     }
 
     /// Whether it can be passed as `kind` (a struct by its size: its alignment is the

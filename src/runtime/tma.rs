@@ -42,6 +42,24 @@ impl TmaType {
         }
     }
 
+    /// From its name in `[launch.args]` and the exported module: `u8`, `u16`, `u32`,
+    /// `i32`, `u64`, `i64`, `f16`, `bf16`, `f32`, `f64`.
+    pub fn from_name(name: &str) -> Option<TmaType> {
+        Some(match name {
+            "u8" => TmaType::U8,
+            "u16" => TmaType::U16,
+            "u32" => TmaType::U32,
+            "i32" => TmaType::I32,
+            "u64" => TmaType::U64,
+            "i64" => TmaType::I64,
+            "f16" => TmaType::F16,
+            "bf16" => TmaType::Bf16,
+            "f32" => TmaType::F32,
+            "f64" => TmaType::F64,
+            _ => return None,
+        })
+    }
+
     fn driver(self) -> sys::CUtensorMapDataType {
         use sys::CUtensorMapDataType as T;
         match self {

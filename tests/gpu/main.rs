@@ -479,6 +479,14 @@ const TESTS: &[Test] = &[
         "python_module_in_cuda_graphs_and_torch_compile",
         python_module_in_cuda_graphs_and_torch_compile,
     ),
+    (
+        "a_variant_is_called_as_its_base_and_chosen_on_hopper",
+        a_variant_is_called_as_its_base_and_chosen_on_hopper,
+    ),
+    (
+        "python_variants_are_called_alike_and_chosen_by_best",
+        python_variants_are_called_alike_and_chosen_by_best,
+    ),
 ];
 
 /// The kart binary: the one cargo built here, else `kart` on PATH (the staged copy on
@@ -812,6 +820,175 @@ fn tma_template_entry_and_cluster_launch_from_rust(_: &Fixture, gpu: &Gpu) -> Te
     let want: Vec<i32> = (0..8).map(|i| (i % 2) + 256 * 2).collect();
     if ranks != want {
         return Err(format!("cluster ranks {ranks:?}, want {want:?}"));
+    }
+    Ok(())
+}
+
+/// The repository's FlashAttention family: with no tuning record `best()` picks the
+/// Hopper variant on a 9.0 GPU (its exact `sm_90a` cubin before `sm_90`), and both
+/// kernels, launched with the same call (q, k, v, o, S) and problem, agree; kart made
+/// the variant's three tensor maps and its head count from that call.
+fn a_variant_is_called_as_its_base_and_chosen_on_hopper(_: &Fixture, gpu: &Gpu) -> TestResult {
+    use cudarc::driver::{DevicePtr, DevicePtrMut};
+    use kart::runtime::KernelArg;
+    let root = repo_root();
+    let rt = Runtime::open(&root).map_err(|e| e.to_string())?;
+    let project = Project::discover(&root).map_err(|e| e.to_string())?;
+    let family = project.family("flash_attn").map_err(|e| e.to_string())?;
+    let e = |e: kart::error::Error| e.to_string();
+    let d = |e: cudarc::driver::DriverError| e.to_string();
+    let (b, h, s, hd) = (2usize, 3usize, 300usize, 64usize);
+    let problem: kart::tune::Problem = [
+        ("B".to_string(), b as i64),
+        ("H".to_string(), h as i64),
+        ("S".to_string(), s as i64),
+        ("D".to_string(), hd as i64),
+        ("causal".to_string(), 1),
+    ]
+    .into();
+    let none = kart::tune::TuneFile::default();
+    let choice = kart::tune::best(
+        &none,
+        rt.lock(),
+        &family,
+        &gpu.name,
+        gpu.capability,
+        &problem,
+    )
+    .map_err(e)?;
+    let want_kernel = if gpu.capability.major == 9 {
+        "flash_attn_hopper"
+    } else {
+        "flash_attn"
+    };
+    if choice.kernel != want_kernel {
+        return Err(format!(
+            "best() chose {} [{}], want {want_kernel}",
+            choice.kernel, choice.config
+        ));
+    }
+    if gpu.capability.major != 9 {
+        return Ok(());
+    }
+    let mma = kart::tune::best(
+        &none,
+        rt.lock(),
+        &family[..1],
+        &gpu.name,
+        gpu.capability,
+        &problem,
+    )
+    .map_err(e)?;
+    let stream = gpu.stream();
+    let n = b * h * s * hd;
+    let input = |salt: usize| -> Vec<u16> {
+        (0..n)
+            .map(|i| half::f16::from_f32((((i * 37 + salt) % 101) as f32 - 50.0) / 50.0).to_bits())
+            .collect()
+    };
+    let (q, k, v) = (input(1), input(2), input(3));
+    let qd = stream.clone_htod(&q).map_err(d)?;
+    let kd = stream.clone_htod(&k).map_err(d)?;
+    let vd = stream.clone_htod(&v).map_err(d)?;
+    let mut outputs = Vec::new();
+    for pick in [&choice, &mma] {
+        let loaded = gpu.kernel(&rt, &pick.kernel, &pick.config).map_err(e)?;
+        let mut od = stream
+            .clone_htod(&vec![half::f16::NAN.to_bits(); n])
+            .map_err(d)?;
+        let (qp, _a) = qd.device_ptr(&stream);
+        let (kp, _b) = kd.device_ptr(&stream);
+        let (vp, _c) = vd.device_ptr(&stream);
+        let (op, _o) = od.device_ptr_mut(&stream);
+        let call = [
+            KernelArg::Ptr(qp),
+            KernelArg::Ptr(kp),
+            KernelArg::Ptr(vp),
+            KernelArg::Ptr(op),
+            KernelArg::I32(s as i32),
+        ];
+        loaded
+            .launch_problem("kart_flash_attn_fwd", &problem, &stream, &call)
+            .map_err(e)?;
+        if pick.kernel == "flash_attn_hopper" {
+            // The kernel's own six parameters are not its call.
+            let wrong = loaded.launch_problem("kart_flash_attn_fwd", &problem, &stream, &call[..4]);
+            match wrong {
+                Err(err) if err.to_string().contains("called with 5 arguments") => {}
+                other => return Err(format!("a call with 4 arguments: {other:?}")),
+            }
+        }
+        drop((_a, _b, _c, _o));
+        let out = stream.clone_dtoh(&od).map_err(d)?;
+        outputs.push((pick.kernel.clone(), out));
+    }
+    let (hopper_out, mma_out) = (&outputs[0].1, &outputs[1].1);
+    let mut worst = 0f32;
+    for (i, (x, y)) in hopper_out.iter().zip(mma_out).enumerate() {
+        let (x, y) = (
+            half::f16::from_bits(*x).to_f32(),
+            half::f16::from_bits(*y).to_f32(),
+        );
+        if !x.is_finite() || !y.is_finite() {
+            return Err(format!(
+                "element {i}: hopper {x}, mma.sync {y} (never written?)"
+            ));
+        }
+        worst = worst.max((x - y).abs());
+    }
+    println!(
+        "    {} [{}] and flash_attn [{}] agree within {worst:.1e}",
+        choice.kernel, choice.config, mma.config
+    );
+    if worst > 4e-3 {
+        return Err(format!("the two kernels differ by {worst}"));
+    }
+    Ok(())
+}
+
+/// `tests/python/gpu_variants.py` on the repository's own FlashAttention family,
+/// exported from its lock and store.
+fn python_variants_are_called_alike_and_chosen_by_best(_: &Fixture, gpu: &Gpu) -> TestResult {
+    if gpu.capability.major != 9 {
+        return Ok(());
+    }
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let module = dir.path().join("fa.py");
+    let repo = repo_root();
+    let (code, out) = run_kart(
+        &repo,
+        &[
+            "export",
+            "--python",
+            "-o",
+            module.to_str().ok_or("path")?,
+            "flash_attn",
+            "--all-configs",
+            "--target",
+            "sm_90",
+            "--target",
+            "sm_90a",
+        ],
+        &[],
+    );
+    if code != 0 {
+        return Err(format!("export failed: {out}"));
+    }
+    let output = std::process::Command::new("python3")
+        .arg(repo.join("tests/python/gpu_variants.py"))
+        .arg(&module)
+        .output()
+        .map_err(|e| format!("cannot run python3: {e}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
+        println!("    {line}");
+    }
+    if !output.status.success() || !text.contains("all variant checks passed") {
+        return Err("the exported FlashAttention family failed".into());
     }
     Ok(())
 }

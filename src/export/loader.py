@@ -687,7 +687,7 @@ def _pack(name, info, args):
 _SLOT_FORMATS = {
     "ptr": "Q", "i8": "b7x", "u8": "B7x", "i16": "h6x", "u16": "H6x", "f16": "H6x",
     "bf16": "H6x", "i32": "i4x", "u32": "I4x", "f32": "f4x", "i64": "q", "u64": "Q",
-    "f64": "d",
+    "f64": "d", "tensormap": "8x",  # its slot unused: the parameter points at the map's own bytes
 }
 _POINTER_ATTR_DEVICE_ORDINAL = 9
 
@@ -755,7 +755,7 @@ def _bf16_bits(value):
     return (bits + 0x7FFF + ((bits >> 16) & 1)) >> 16
 
 
-def _slot_packer(name, kinds, format, slots):
+def _slot_packer(name, kinds, format, slots, params):
     """A function (args, ordinal) that packs one launch's arguments into `slots` with
     the cheap checks: the count (unpacking), each kind (struct refuses what does not
     fit), no bools, pointers of torch tensors on the launch's device. Written out per
@@ -774,14 +774,21 @@ def _slot_packer(name, kinds, format, slots):
                       f"        {a} = {a}.data_ptr()",
                       "    elif t != 3:",
                       f"        {a} = pointer_of({a}, {i}, ordinal, name)"]
+        elif kind == "tensormap":
+            lines += [f"    if type({a}) is not TensorMap: raise TypeError('tensormap')",
+                      f"    if {a}.device is not None and {a}.device != ordinal:",
+                      f"        raise wrong(name, {i}, {a}.device, ordinal)",
+                      f"    params[{i}] = addressof({a}.raw)"]
         else:
             lines.append(f"    if type({a}) is bool: raise TypeError('bool')")
             if kind in ("f16", "bf16"):
                 lines.append(f"    {a} = {kind}_bits({a})")
-    lines.append(f"    pack_into(format, slots, 0, {', '.join(names)})")
+    values = [a for a, kind in zip(names, kinds) if kind != "tensormap"]
+    lines.append(f"    pack_into(format, slots, 0, {', '.join(values)})")
     scope = {"kind_of": _pointer_kinds.get, "wrong": _wrong_device, "pointer_of": _pointer_of, "name": name,
              "f16_bits": _f16_bits, "bf16_bits": _bf16_bits, "pack_into": struct.pack_into,
-             "format": format, "slots": slots}
+             "format": format, "slots": slots, "params": params, "TensorMap": TensorMap,
+             "addressof": ctypes.addressof}
     exec("\n".join(lines), scope)
     return scope["pack"]
 
@@ -843,10 +850,11 @@ class Launcher:
         self._ctx = ctypes.c_void_p()
         self._ctx_ref = ctypes.byref(self._ctx)
         kinds = self._info.get("signature")
-        # With a declared signature of scalars and pointers, packing is prepared once:
-        # one struct format, one buffer of 8-byte slots and the pointer array into it.
-        # Otherwise kinds are inferred from each call's values, and tensor maps and
-        # structs are passed from their own bytes (the general path).
+        # With a declared signature of scalars, pointers and tensor maps, packing is
+        # prepared once: one struct format, one buffer of 8-byte slots and the pointer
+        # array into it (a tensor map's entry is pointed at its bytes per call).
+        # Otherwise kinds are inferred from each call's values, and structs are passed
+        # from their own bytes (the general path).
         if kinds and not all(k in _SLOT_FORMATS for k in kinds):
             kinds = None
         self._kinds = tuple(kinds) if kinds else None
@@ -855,7 +863,7 @@ class Launcher:
             self._slots = (ctypes.c_uint64 * max(len(kinds), 1))()
             base = ctypes.addressof(self._slots)
             self._params = (ctypes.c_void_p * max(len(kinds), 1))(*[base + 8 * i for i in range(len(kinds))])
-            self._pack_slots = _slot_packer(self._name, self._kinds, self._format, self._slots)
+            self._pack_slots = _slot_packer(self._name, self._kinds, self._format, self._slots, self._params)
 
     def __repr__(self):
         return f"<kart kernel {self._name}, targets {', '.join(sorted(self._artifacts))}>"
@@ -907,11 +915,11 @@ class Launcher:
         with self._mutex:
             _get_context(self._ctx_ref)
             bound = self._bound.get(self._ctx.value)
-            if bound is None or self._kinds is None:
+            if bound is None:
                 bound = self._bind_context(device)
-                if self._kinds is None:
-                    return self._launch_general(bound, _dims(grid, "grid"), _dims(block, "block"), args,
-                                                shared_mem, stream)
+            if self._kinds is None:
+                return self._launch_general(bound, _dims(grid, "grid"), _dims(block, "block"), args,
+                                            shared_mem, stream)
             if stream is None:
                 reader = _stream_reader or _raw_stream_reader()
                 stream = reader(bound.ordinal) if reader else 0

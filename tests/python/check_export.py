@@ -151,11 +151,11 @@ def main(module_path, cases_path, lock_path, expr_path):
     check("the fast path hands every bad call to the general path's errors", True)
     # The packer written out for a signature of every slot kind packs what the general
     # path packs, and one of a single argument unpacks it as one.
-    kinds = list(mod._SLOT_FORMATS)
+    kinds = [k for k in mod._SLOT_FORMATS if k != "tensormap"]
     info = {"signature": kinds, "params": [8] * len(kinds)}
     fmt = "<" + "".join(mod._SLOT_FORMATS[k] for k in kinds)
     slots = (mod.ctypes.c_uint64 * len(kinds))()
-    pack = mod._slot_packer("every", tuple(kinds), fmt, slots)
+    pack = mod._slot_packer("every", tuple(kinds), fmt, slots, (mod.ctypes.c_void_p * len(kinds))())
     for _ in range(200):
         args = []
         for kind in kinds:
@@ -171,7 +171,21 @@ def main(module_path, cases_path, lock_path, expr_path):
         if bytes(slots) != general:
             check("the written-out packer packs what the general path packs", False, args)
     check("the written-out packer packs what the general path packs, every slot kind (200 calls)", True)
-    one = mod._slot_packer("one", ("i32",), "<i4x", (mod.ctypes.c_uint64 * 1)())
+    # A tensor map's parameter points at the map's own bytes; a map of another GPU or
+    # something else in its place goes to the general path's errors.
+    params = (mod.ctypes.c_void_p * 2)()
+    maps = mod._slot_packer("maps", ("tensormap", "i32"), "<8xi4x", (mod.ctypes.c_uint64 * 2)(), params)
+    tmap = mod.TensorMap()
+    maps((tmap, 3), 0)
+    check("a tensor map's parameter points at its bytes", params[0] == mod.ctypes.addressof(tmap.raw))
+    tmap.device = 1
+    for args, error in [((tmap, 3), mod.WrongDevice), ((1 << 40, 3), TypeError)]:
+        try:
+            maps(args, 0)
+            check(f"the packer refuses {error.__name__}", False)
+        except error:
+            check(f"the packer refuses {error.__name__}", True)
+    one = mod._slot_packer("one", ("i32",), "<i4x", (mod.ctypes.c_uint64 * 1)(), (mod.ctypes.c_void_p * 1)())
     one((7,), 0)
     try:
         one((7, 8), 0)

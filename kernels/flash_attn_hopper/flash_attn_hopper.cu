@@ -66,7 +66,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace fa_hopper
 
-template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG>
+template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG, int QBUFS>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     kart_flash_attn_fwd(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                         const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
@@ -78,14 +78,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   using Barrier = cutlass::arch::ClusterBarrier;
   using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
-  // Shared memory: Q as CONSUMERS x CHUNKS tiles of 64 x 64, then per stage K and V as
-  // CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte swizzle.
+  // Shared memory: QBUFS buffers of Q, each CONSUMERS x CHUNKS tiles of 64 x 64, then
+  // per stage K and V as CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte
+  // swizzle. With two Q buffers the next work item's Q loads while this one runs.
   extern __shared__ uint8_t dynamic_smem[];
   T *base = reinterpret_cast<T *>((reinterpret_cast<uintptr_t>(dynamic_smem) + 1023) & ~uintptr_t(1023));
   T *q_smem = base;
-  T *k_smem = q_smem + BM * D;
+  T *k_smem = q_smem + QBUFS * BM * D;
   T *v_smem = k_smem + STAGES * BN * D;
-  __shared__ uint64_t q_full, q_empty, k_full[STAGES], v_full[STAGES], empty[STAGES];
+  __shared__ uint64_t q_full[QBUFS], q_empty[QBUFS], k_full[STAGES], v_full[STAGES], empty[STAGES];
 
   // Read through a shuffle so the compiler knows it is the same in the whole warp (wgmma
   // under a branch it cannot prove uniform gets serialized).
@@ -113,8 +114,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   auto tiles_of = [&](int m0) { return CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles; };
 
   if (threadIdx.x == 0) {
-    TxBarrier::init(&q_full, 1);
-    Barrier::init(&q_empty, CONSUMERS);
+    for (int b = 0; b < QBUFS; ++b) {
+      TxBarrier::init(&q_full[b], 1);
+      Barrier::init(&q_empty[b], CONSUMERS);
+    }
     for (int s = 0; s < STAGES; ++s) {
       TxBarrier::init(&k_full[s], 1);
       TxBarrier::init(&v_full[s], 1);
@@ -133,12 +136,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
         int m0, bh;
         decode(item, m0, bh);
-        if (local > 0) Barrier::wait(&q_empty, (local - 1) & 1);
-        TxBarrier::arrive_and_expect_tx(&q_full, BM * D * 2);
+        const int b = local % QBUFS;
+        if (local >= QBUFS) Barrier::wait(&q_empty[b], (local / QBUFS - 1) & 1);
+        TxBarrier::arrive_and_expect_tx(&q_full[b], BM * D * 2);
         for (int w = 0; w < CONSUMERS; ++w)
           for (int c = 0; c < CHUNKS; ++c)
-            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full, 0, q_smem + (w * CHUNKS + c) * 64 * 64, c * 64, m0 + w * 64,
-                                   bh);
+            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full[b], 0, q_smem + b * BM * D + (w * CHUNKS + c) * 64 * 64, c * 64,
+                                   m0 + w * 64, bh);
         const int tiles = tiles_of(m0);
         for (int t = 0; t < tiles; ++t, ++it) {
           const int s = it % STAGES;
@@ -162,14 +166,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   const int row = (tid / 32) * 16 + (tid / 4) % 8;
   // The current work item (set at the top of each).
   int m0 = 0, bh = 0, q_row0 = 0, tiles = 0, ring = 0;  // ring: K/V stages used before this item
+  int qb = 0;                                             // its Q buffer
 
   // S = Q K^T: M = 64, N = BN, K = D, both operands K-major in shared memory.
   using SOp = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<BN>, Int<D>>>());
   TiledMMA s_mma = make_tiled_mma(SOp{});
   auto s_thr = s_mma.get_thread_slice(tid);
-  Tensor sQ = make_tensor(make_smem_ptr(q_smem + consumer * CHUNKS * 64 * 64),
-                          tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
-  Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
   // O += P V per 64-column chunk: M = 64, N = 64, K = BN; P from registers, V's chunk
   // MN-major (its rows are K) in shared memory.
   using OOp = decltype(GMMA::rs_op_selector<T, T, float, Shape<_64, _64, Int<BN>>, GMMA::Major::K,
@@ -197,6 +199,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     Tensor sK = make_tensor(make_smem_ptr(k_smem + s * CHUNKS * BN * 64),
                             tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(Int<BN>{}, Int<D>{})));
     Tensor tSrK = s_thr.make_fragment_B(s_thr.partition_B(sK));
+    Tensor sQ = make_tensor(make_smem_ptr(q_smem + qb * BM * D + consumer * CHUNKS * 64 * 64),
+                            tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
+    Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
     TxBarrier::wait(&k_full[s], ((ring + t) / STAGES) & 1);
     s_mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
@@ -283,7 +288,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   // Q is handed back once the last S of a work item is done, so the next item's Q
   // loads under this one's last product and epilogue.
   auto release_q = [&]() {
-    if (tid == 0) Barrier::arrive(&q_empty);
+    if (tid == 0) Barrier::arrive(&q_empty[qb]);
   };
   int local = 0;
   for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
@@ -294,7 +299,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     for (int c = 0; c < CHUNKS; ++c) clear(acc_o[c]);
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
-    TxBarrier::wait(&q_full, local & 1);
+    qb = local % QBUFS;
+    TxBarrier::wait(&q_full[qb], (local / QBUFS) & 1);
     if constexpr (PIPELINE) {
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.

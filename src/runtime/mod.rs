@@ -210,7 +210,12 @@ pub struct LoadedArtifact {
     pub launch: Option<crate::build::grid::LaunchSpec>,
     /// The multiprocessors of the GPU it was loaded on (`SMS` in `[launch]`).
     pub multiprocessors: u32,
+    /// Tensor maps `[launch.args]` made, by (parameter, pointer, shape, tile): a
+    /// repeated launch on the same tensors encodes nothing.
+    made_maps: std::sync::Mutex<HashMap<MapKey, tma::TensorMap>>,
 }
+
+type MapKey = (usize, u64, Vec<u64>, Vec<u32>);
 
 /// Names `[launch]` sees beside the config and the problem (which wins): `SMS`.
 struct LaunchBuiltins {
@@ -368,12 +373,24 @@ impl LoadedArtifact {
                             None,
                         ));
                     };
+                    let key: MapKey = (i, ptr, shape, tile);
+                    if let Ok(made) = self.made_maps.lock()
+                        && let Some(map) = made.get(&key)
+                    {
+                        return Ok(KernelArg::TensorMap(*map));
+                    }
                     let dtype = tma::TmaType::from_name(&dtype).ok_or_else(|| {
                         Error::usage(format!("{}: unknown tensor map type `{dtype}`", what()), None)
                     })?;
                     let swizzle = tma::Swizzle::from_bytes(swizzle).unwrap_or(tma::Swizzle::None);
-                    tma::TensorMap::tiled(dtype, ptr, &shape, &strides, &tile, swizzle)
-                        .map(KernelArg::TensorMap)
+                    let map = tma::TensorMap::tiled(dtype, ptr, &key.2, &strides, &key.3, swizzle)?;
+                    if let Ok(mut made) = self.made_maps.lock() {
+                        if made.len() >= 1024 {
+                            made.clear();
+                        }
+                        made.insert(key, map);
+                    }
+                    Ok(KernelArg::TensorMap(map))
                 }
             })
             .collect()
@@ -893,6 +910,7 @@ impl Gpu {
             functions,
             launch: None,
             multiprocessors: self.multiprocessors,
+            made_maps: Default::default(),
             timings: LoadTimings {
                 read: read_and_verify,
                 load: t1 - t0,

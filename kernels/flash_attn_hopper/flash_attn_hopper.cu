@@ -19,8 +19,10 @@
 // With PIPELINE the tiles are pipelined within a warpgroup: S of tile t is issued
 // before O += P V of tile t - 1, and the softmax of tile t runs while the tensor cores
 // do that product. A 64-column chunk of D is one 128-byte swizzle row, so D = 128
-// tiles are two chunks; each chunk of V is its own N = 64 product. With one consumer
-// warpgroup two blocks share an SM (one's loads and epilogue under the other's math).
+// tiles are two chunks; with WIDE = 0 each chunk of V is its own N = 64 product, with
+// WIDE = 1 one N = D product spans both chunks (the descriptor steps from one chunk to
+// the next). With one consumer warpgroup two blocks share an SM (one's loads and
+// epilogue under the other's math).
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -66,7 +68,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace fa_hopper
 
-template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG, int QBUFS>
+template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG, int WIDE>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     kart_flash_attn_fwd(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                         const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
@@ -78,15 +80,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   using Barrier = cutlass::arch::ClusterBarrier;
   using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
-  // Shared memory: QBUFS buffers of Q, each CONSUMERS x CHUNKS tiles of 64 x 64, then
-  // per stage K and V as CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte
-  // swizzle. With two Q buffers the next work item's Q loads while this one runs.
+  // Shared memory: Q as CONSUMERS x CHUNKS tiles of 64 x 64, then per stage K and V as
+  // CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte swizzle.
   extern __shared__ uint8_t dynamic_smem[];
   T *base = reinterpret_cast<T *>((reinterpret_cast<uintptr_t>(dynamic_smem) + 1023) & ~uintptr_t(1023));
   T *q_smem = base;
-  T *k_smem = q_smem + QBUFS * BM * D;
+  T *k_smem = q_smem + BM * D;
   T *v_smem = k_smem + STAGES * BN * D;
-  __shared__ uint64_t q_full[QBUFS], q_empty[QBUFS], k_full[STAGES], v_full[STAGES], empty[STAGES];
+  __shared__ uint64_t q_full, q_empty, k_full[STAGES], v_full[STAGES], empty[STAGES];
 
   // Read through a shuffle so the compiler knows it is the same in the whole warp (wgmma
   // under a branch it cannot prove uniform gets serialized).
@@ -114,10 +115,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   auto tiles_of = [&](int m0) { return CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles; };
 
   if (threadIdx.x == 0) {
-    for (int b = 0; b < QBUFS; ++b) {
-      TxBarrier::init(&q_full[b], 1);
-      Barrier::init(&q_empty[b], CONSUMERS);
-    }
+    TxBarrier::init(&q_full, 1);
+    Barrier::init(&q_empty, CONSUMERS);
     for (int s = 0; s < STAGES; ++s) {
       TxBarrier::init(&k_full[s], 1);
       TxBarrier::init(&v_full[s], 1);
@@ -136,13 +135,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
         int m0, bh;
         decode(item, m0, bh);
-        const int b = local % QBUFS;
-        if (local >= QBUFS) Barrier::wait(&q_empty[b], (local / QBUFS - 1) & 1);
-        TxBarrier::arrive_and_expect_tx(&q_full[b], BM * D * 2);
+        if (local > 0) Barrier::wait(&q_empty, (local - 1) & 1);
+        TxBarrier::arrive_and_expect_tx(&q_full, BM * D * 2);
         for (int w = 0; w < CONSUMERS; ++w)
           for (int c = 0; c < CHUNKS; ++c)
-            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full[b], 0, q_smem + b * BM * D + (w * CHUNKS + c) * 64 * 64, c * 64,
-                                   m0 + w * 64, bh);
+            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full, 0, q_smem + (w * CHUNKS + c) * 64 * 64, c * 64, m0 + w * 64,
+                                   bh);
         const int tiles = tiles_of(m0);
         for (int t = 0; t < tiles; ++t, ++it) {
           const int s = it % STAGES;
@@ -166,22 +164,27 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   const int row = (tid / 32) * 16 + (tid / 4) % 8;
   // The current work item (set at the top of each).
   int m0 = 0, bh = 0, q_row0 = 0, tiles = 0, ring = 0;  // ring: K/V stages used before this item
-  int qb = 0;                                             // its Q buffer
 
   // S = Q K^T: M = 64, N = BN, K = D, both operands K-major in shared memory.
   using SOp = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<BN>, Int<D>>>());
   TiledMMA s_mma = make_tiled_mma(SOp{});
   auto s_thr = s_mma.get_thread_slice(tid);
-  // O += P V per 64-column chunk: M = 64, N = 64, K = BN; P from registers, V's chunk
-  // MN-major (its rows are K) in shared memory.
-  using OOp = decltype(GMMA::rs_op_selector<T, T, float, Shape<_64, _64, Int<BN>>, GMMA::Major::K,
+  Tensor sQ = make_tensor(make_smem_ptr(q_smem + consumer * CHUNKS * 64 * 64),
+                          tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
+  Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
+  // O += P V in PARTS products of N = PV_N columns (all of D with WIDE, else a 64-column
+  // chunk each): M = 64, K = BN; P from registers, V MN-major (its rows are K) in
+  // shared memory, a part's chunks one after the other.
+  constexpr int PV_N = WIDE ? D : 64;
+  constexpr int PARTS = D / PV_N;
+  using OOp = decltype(GMMA::rs_op_selector<T, T, float, Shape<_64, Int<PV_N>, Int<BN>>, GMMA::Major::K,
                                             GMMA::Major::MN>());
   TiledMMA o_mma = make_tiled_mma(OOp{});
   auto o_thr = o_mma.get_thread_slice(tid);
 
   Tensor acc_s = s_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, Int<BN>{})));
-  using OFragment = decltype(o_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, _64{}))));
-  OFragment acc_o[CHUNKS];
+  using OFragment = decltype(o_thr.partition_fragment_C(make_identity_tensor(make_shape(_64{}, Int<PV_N>{}))));
+  OFragment acc_o[PARTS];
   // P's registers, shaped as the A operand (only the layout of the tensor passed matters).
   Tensor tOrP = o_thr.partition_fragment_A(make_tensor(make_gmem_ptr(static_cast<T *>(nullptr)),
                                                        make_layout(make_shape(_64{}, Int<BN>{}))));
@@ -199,9 +202,6 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     Tensor sK = make_tensor(make_smem_ptr(k_smem + s * CHUNKS * BN * 64),
                             tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(Int<BN>{}, Int<D>{})));
     Tensor tSrK = s_thr.make_fragment_B(s_thr.partition_B(sK));
-    Tensor sQ = make_tensor(make_smem_ptr(q_smem + qb * BM * D + consumer * CHUNKS * 64 * 64),
-                            tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
-    Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
     TxBarrier::wait(&k_full[s], ((ring + t) / STAGES) & 1);
     s_mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
@@ -215,12 +215,15 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     const int s = (ring + t) % STAGES;
     TxBarrier::wait(&v_full[s], ((ring + t) / STAGES) & 1);
     CUTE_UNROLL
-    for (int c = 0; c < CHUNKS; ++c) {
-      Tensor sV = make_tensor(make_smem_ptr(v_smem + (s * CHUNKS + c) * BN * 64),
-                              tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(_64{}, Int<BN>{})));
+    for (int p = 0; p < PARTS; ++p) {
+      // Swizzle atoms of 64 columns x 8 rows, down a chunk's BN rows first, then to the
+      // next chunk (as TMA wrote them).
+      Tensor sV = make_tensor(make_smem_ptr(v_smem + (s * CHUNKS + p * (PV_N / 64)) * BN * 64),
+                              tile_to_shape(GMMA::Layout_MN_SW128_Atom<T>{}, make_shape(Int<PV_N>{}, Int<BN>{}),
+                                            Step<_2, _1>{}));
       Tensor tOrV = o_thr.make_fragment_B(o_thr.partition_B(sV));
       CUTE_UNROLL
-      for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(o_mma, tOrP(_, _, kb), tOrV(_, _, kb), acc_o[c]);
+      for (int kb = 0; kb < size<2>(tOrP); ++kb) gemm(o_mma, tOrP(_, _, kb), tOrV(_, _, kb), acc_o[p]);
     }
     warpgroup_commit_batch();
   };
@@ -259,9 +262,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   };
   auto rescale_o_and_convert_p = [&]() {
     CUTE_UNROLL
-    for (int c = 0; c < CHUNKS; ++c) {
+    for (int p = 0; p < PARTS; ++p) {
       CUTE_UNROLL
-      for (int i = 0; i < size(acc_o[c]); ++i) acc_o[c](i) *= rescale[(i / 2) % 2];
+      for (int i = 0; i < size(acc_o[p]); ++i) acc_o[p](i) *= rescale[(i / 2) % 2];
     }
     CUTE_UNROLL
     for (int i = 0; i < size(acc_s); ++i) tOrP(i) = T(acc_s(i));
@@ -269,7 +272,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   auto fence_all = [&]() {
     warpgroup_fence_operand(acc_s);
     CUTE_UNROLL
-    for (int c = 0; c < CHUNKS; ++c) warpgroup_fence_operand(acc_o[c]);
+    for (int p = 0; p < PARTS; ++p) warpgroup_fence_operand(acc_o[p]);
   };
 
   // PINGPONG: the consumer warpgroups take turns to issue their wgmma (named barrier
@@ -288,7 +291,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   // Q is handed back once the last S of a work item is done, so the next item's Q
   // loads under this one's last product and epilogue.
   auto release_q = [&]() {
-    if (tid == 0) Barrier::arrive(&q_empty[qb]);
+    if (tid == 0) Barrier::arrive(&q_empty);
   };
   int local = 0;
   for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
@@ -296,11 +299,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     q_row0 = m0 + consumer * 64;
     tiles = tiles_of(m0);
     CUTE_UNROLL
-    for (int c = 0; c < CHUNKS; ++c) clear(acc_o[c]);
+    for (int p = 0; p < PARTS; ++p) clear(acc_o[p]);
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
-    qb = local % QBUFS;
-    TxBarrier::wait(&q_full[qb], (local / QBUFS) & 1);
+    TxBarrier::wait(&q_full, local & 1);
     if constexpr (PIPELINE) {
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.
@@ -363,8 +365,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       }
     }
 
-    // O / l, fp16, rows past seq not written. Value i of chunk c: row (i / 2) % 2, column
-    // c * 64 + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
+    // O / l, fp16, rows past seq not written. Value i of part p: row (i / 2) % 2, column
+    // p * PV_N + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
     float inverse[2];
     CUTE_UNROLL
     for (int h = 0; h < 2; ++h) {
@@ -372,14 +374,14 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
     }
     CUTE_UNROLL
-    for (int c = 0; c < CHUNKS; ++c) {
+    for (int p = 0; p < PARTS; ++p) {
       CUTE_UNROLL
-      for (int i = 0; i < size(acc_o[c]); i += 2) {
+      for (int i = 0; i < size(acc_o[p]); i += 2) {
         const int h = (i / 2) % 2;
         const int r = q_row0 + row + 8 * h;
         if (r < seq) {
-          const int col = c * 64 + 8 * (i / 4) + 2 * (tid % 4);
-          const __half2 pair = __floats2half2_rn(acc_o[c](i) * inverse[h], acc_o[c](i + 1) * inverse[h]);
+          const int col = p * PV_N + 8 * (i / 4) + 2 * (tid % 4);
+          const __half2 pair = __floats2half2_rn(acc_o[p](i) * inverse[h], acc_o[p](i + 1) * inverse[h]);
           *reinterpret_cast<__half2 *>(o + (size_t(bh) * seq + r) * D + col) = pair;
         }
       }

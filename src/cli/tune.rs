@@ -52,10 +52,9 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
         "KERNEL", "GPU", "PROBLEM", "MEDIAN µs", "CONFIG"
     );
     for r in records {
-        let stale = !lock
-            .artifacts
-            .iter()
-            .any(|a| a.digest == r.digest && a.config == r.config && a.kernel == r.kernel);
+        let stale = !lock.artifacts.iter().any(|a| {
+            a.digest == r.digest && a.config == r.config && a.kernel == r.implementation()
+        });
         let problem: Vec<String> = r.problem.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
             "{:12} {:16} {:44} {:>10.1}  {:52} {}",
@@ -63,7 +62,11 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
             r.gpu.strip_prefix("NVIDIA ").unwrap_or(&r.gpu),
             problem.join(","),
             r.median_us,
-            r.config.to_string(),
+            // A variant's win names the variant.
+            match &r.variant {
+                Some(v) => format!("{v}[{}]", r.config),
+                None => r.config.to_string(),
+            },
             if stale { "yes" } else { "-" }
         );
     }

@@ -52,6 +52,28 @@ fn a_variant_is_built_locked_exported_and_chosen_per_gpu() {
     );
     p.write("kernels/fast/kernel.toml", &toml);
 
+    // A tuning record whose winner is the variant: listed under the base, naming the
+    // variant's config, and not stale.
+    let lock = p.read("kart.lock");
+    let at = lock.find("kernel = \"fast\"").unwrap();
+    let digest = lock[at..].split("digest = \"").nth(1).unwrap()[..64].to_string();
+    p.write(
+        "kart.tune",
+        &format!(
+            "version = 2\n\n[[record]]\nkernel = \"base\"\ngpu = \"NVIDIA H200\"\nvariant = \"fast\"\ntarget = \"sm_90a\"\ndigest = \"{digest}\"\nmedian_us = 3.5\ntimed = 3\n\n[record.problem]\nN = 4096\nW = 32\n\n[record.config]\nTILE = 64\nWIDTH = 32\n"
+        ),
+    );
+    let out = p.ok(&["tune"]);
+    let listing = stdout(&out);
+    let row = listing
+        .lines()
+        .find(|l| l.starts_with("base"))
+        .unwrap_or_default();
+    assert!(
+        row.contains("fast[TILE=64,WIDTH=32]") && row.trim_end().ends_with('-'),
+        "{listing}"
+    );
+
     // Exporting the base brings its variant.
     let module = p.root().join("family.py");
     let out = p.ok(&["export", "--python", "-o", module.to_str().unwrap(), "base"]);
@@ -62,6 +84,10 @@ spec = importlib.util.spec_from_file_location("family", sys.argv[1])
 mod = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(mod)
 assert mod._TUNE_SPEC["fast"]["variant_of"] == "base", mod._TUNE_SPEC
+# The record names the variant: best() of the problem recorded gives it, whatever the GPU.
+recorded = mod.best("base", gpu="NVIDIA H200", capability=(8, 0), W=32, N=4096)
+assert (recorded.kernel, recorded.config) == ("fast", {"TILE": 64, "WIDTH": 32}), recorded
+mod._best_memo.clear()
 assert mod._family("base") == ["base", "fast"]
 # No tuning record: the default of the kernel whose cubin the GPU prefers.
 on_h100 = mod.best("base", gpu="H100", capability=(9, 0), W=32, N=4096)

@@ -22,7 +22,10 @@
 // tiles are two chunks; with WIDE = 0 each chunk of V is its own N = 64 product, with
 // WIDE = 1 one N = D product spans both chunks (the descriptor steps from one chunk to
 // the next). With one consumer warpgroup two blocks share an SM (one's loads and
-// epilogue under the other's math).
+// epilogue under the other's math). With CARRY the pipeline runs on across work items:
+// S of an item's first tile goes out with O += P V of the previous item's last tile,
+// whose epilogue then runs under this warpgroup's next products (Q has two buffers, so
+// the next item's Q is there in time).
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -68,7 +71,8 @@ __device__ __forceinline__ float quad_sum(float x) {
 
 }  // namespace fa_hopper
 
-template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG, int WIDE>
+template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG, int WIDE,
+          int CARRY>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     kart_flash_attn_fwd(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                         const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
@@ -80,14 +84,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   using Barrier = cutlass::arch::ClusterBarrier;
   using TxBarrier = cutlass::arch::ClusterTransactionBarrier;
 
-  // Shared memory: Q as CONSUMERS x CHUNKS tiles of 64 x 64, then per stage K and V as
-  // CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte swizzle.
+  // Shared memory: QBUFS buffers of Q, each CONSUMERS x CHUNKS tiles of 64 x 64, then
+  // per stage K and V as CHUNKS tiles of BN x 64 each; every tile in TMA's 128-byte
+  // swizzle.
+  constexpr int QBUFS = 1 + CARRY;
   extern __shared__ uint8_t dynamic_smem[];
   T *base = reinterpret_cast<T *>((reinterpret_cast<uintptr_t>(dynamic_smem) + 1023) & ~uintptr_t(1023));
   T *q_smem = base;
-  T *k_smem = q_smem + BM * D;
+  T *k_smem = q_smem + QBUFS * BM * D;
   T *v_smem = k_smem + STAGES * BN * D;
-  __shared__ uint64_t q_full, q_empty, k_full[STAGES], v_full[STAGES], empty[STAGES];
+  __shared__ uint64_t q_full[QBUFS], q_empty[QBUFS], k_full[STAGES], v_full[STAGES], empty[STAGES];
 
   // Read through a shuffle so the compiler knows it is the same in the whole warp (wgmma
   // under a branch it cannot prove uniform gets serialized).
@@ -115,8 +121,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   auto tiles_of = [&](int m0) { return CAUSAL ? min(key_tiles, (m0 + BM + BN - 1) / BN) : key_tiles; };
 
   if (threadIdx.x == 0) {
-    TxBarrier::init(&q_full, 1);
-    Barrier::init(&q_empty, CONSUMERS);
+    for (int b = 0; b < QBUFS; ++b) {
+      TxBarrier::init(&q_full[b], 1);
+      Barrier::init(&q_empty[b], CONSUMERS);
+    }
     for (int s = 0; s < STAGES; ++s) {
       TxBarrier::init(&k_full[s], 1);
       TxBarrier::init(&v_full[s], 1);
@@ -135,12 +143,13 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
         int m0, bh;
         decode(item, m0, bh);
-        if (local > 0) Barrier::wait(&q_empty, (local - 1) & 1);
-        TxBarrier::arrive_and_expect_tx(&q_full, BM * D * 2);
+        const int b = local % QBUFS;
+        if (local >= QBUFS) Barrier::wait(&q_empty[b], (local / QBUFS - 1) & 1);
+        TxBarrier::arrive_and_expect_tx(&q_full[b], BM * D * 2);
         for (int w = 0; w < CONSUMERS; ++w)
           for (int c = 0; c < CHUNKS; ++c)
-            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full, 0, q_smem + (w * CHUNKS + c) * 64 * 64, c * 64, m0 + w * 64,
-                                   bh);
+            SM90_TMA_LOAD_3D::copy(&tma_q, &q_full[b], 0, q_smem + b * BM * D + (w * CHUNKS + c) * 64 * 64, c * 64,
+                                   m0 + w * 64, bh);
         const int tiles = tiles_of(m0);
         for (int t = 0; t < tiles; ++t, ++it) {
           const int s = it % STAGES;
@@ -164,14 +173,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   const int row = (tid / 32) * 16 + (tid / 4) % 8;
   // The current work item (set at the top of each).
   int m0 = 0, bh = 0, q_row0 = 0, tiles = 0, ring = 0;  // ring: K/V stages used before this item
+  int qb = 0;                                             // its Q buffer
 
   // S = Q K^T: M = 64, N = BN, K = D, both operands K-major in shared memory.
   using SOp = decltype(GMMA::ss_op_selector<T, T, float, Shape<_64, Int<BN>, Int<D>>>());
   TiledMMA s_mma = make_tiled_mma(SOp{});
   auto s_thr = s_mma.get_thread_slice(tid);
-  Tensor sQ = make_tensor(make_smem_ptr(q_smem + consumer * CHUNKS * 64 * 64),
-                          tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
-  Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
   // O += P V in PARTS products of N = PV_N columns (all of D with WIDE, else a 64-column
   // chunk each): M = 64, K = BN; P from registers, V MN-major (its rows are K) in
   // shared memory, a part's chunks one after the other.
@@ -194,15 +201,19 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   const float scale = 1.44269504088896340736f * rsqrtf(float(D));
   float row_max[2], row_sum[2];
 
-  // One k-tile's steps, as lambdas over its index: S = Q K^T issued (not waited for);
+  // One k-tile's steps, as lambdas over its index in the K/V ring's use (g; the ring's
+  // stage is g % STAGES): S = Q K^T issued (not waited for);
   // the softmax of a finished S (masks, running max and sum, P left in S's registers
   // as fp32); O += P V issued; O rescaled and P converted to fp16 once that is done.
-  auto issue_s = [&](int t) {
-    const int s = (ring + t) % STAGES;
+  auto issue_s = [&](int g) {
+    const int s = g % STAGES;
     Tensor sK = make_tensor(make_smem_ptr(k_smem + s * CHUNKS * BN * 64),
                             tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(Int<BN>{}, Int<D>{})));
     Tensor tSrK = s_thr.make_fragment_B(s_thr.partition_B(sK));
-    TxBarrier::wait(&k_full[s], ((ring + t) / STAGES) & 1);
+    Tensor sQ = make_tensor(make_smem_ptr(q_smem + qb * BM * D + consumer * CHUNKS * 64 * 64),
+                            tile_to_shape(GMMA::Layout_K_SW128_Atom<T>{}, make_shape(_64{}, Int<D>{})));
+    Tensor tSrQ = s_thr.make_fragment_A(s_thr.partition_A(sQ));
+    TxBarrier::wait(&k_full[s], (g / STAGES) & 1);
     s_mma.accumulate_ = GMMA::ScaleOut::Zero;
     CUTE_UNROLL
     for (int kb = 0; kb < size<2>(tSrQ); ++kb) {
@@ -211,9 +222,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     }
     warpgroup_commit_batch();
   };
-  auto issue_o = [&](int t) {
-    const int s = (ring + t) % STAGES;
-    TxBarrier::wait(&v_full[s], ((ring + t) / STAGES) & 1);
+  auto issue_o = [&](int g) {
+    const int s = g % STAGES;
+    TxBarrier::wait(&v_full[s], (g / STAGES) & 1);
     CUTE_UNROLL
     for (int p = 0; p < PARTS; ++p) {
       // Swizzle atoms of 64 columns x 8 rows, down a chunk's BN rows first, then to the
@@ -291,25 +302,122 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   // Q is handed back once the last S of a work item is done, so the next item's Q
   // loads under this one's last product and epilogue.
   auto release_q = [&]() {
-    if (tid == 0) Barrier::arrive(&q_empty);
+    if (tid == 0) Barrier::arrive(&q_empty[qb]);
   };
-  int local = 0;
-  for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
+  // O / l, fp16, rows past seq not written. Value i of part p: row (i / 2) % 2, column
+  // p * PV_N + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
+  auto store_o = [&](const float (&sums)[2], int first_row, int head) {
+    float inverse[2];
+    CUTE_UNROLL
+    for (int h = 0; h < 2; ++h) {
+      const float sum = fa_hopper::quad_sum(sums[h]);
+      inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
+    }
+    CUTE_UNROLL
+    for (int p = 0; p < PARTS; ++p) {
+      CUTE_UNROLL
+      for (int i = 0; i < size(acc_o[p]); i += 2) {
+        const int h = (i / 2) % 2;
+        const int r = first_row + row + 8 * h;
+        if (r < seq) {
+          const int col = p * PV_N + 8 * (i / 4) + 2 * (tid % 4);
+          const __half2 pair = __floats2half2_rn(acc_o[p](i) * inverse[h], acc_o[p](i + 1) * inverse[h]);
+          *reinterpret_cast<__half2 *>(o + (size_t(head) * seq + r) * D + col) = pair;
+        }
+      }
+    }
+  };
+  auto start_item = [&](int item, int local) {
     decode(item, m0, bh);
     q_row0 = m0 + consumer * 64;
     tiles = tiles_of(m0);
+    qb = local % QBUFS;
+    TxBarrier::wait(&q_full[qb], (local / QBUFS) & 1);
+  };
+
+  if constexpr (CARRY) {
+    // One pipeline over every tile of every item this block takes (g counts them):
+    // each step issues S of the next tile and O += P V of the one before, whichever
+    // items they belong to. At an item boundary the finished item's epilogue runs after
+    // the first softmax of the next, and the softmax's rescale by exp2(-inf) = 0 clears
+    // O for the new item.
+    int item = blockIdx.x, local = 0;
+    if (item >= work) return;
+    start_item(item, local);
     CUTE_UNROLL
     for (int p = 0; p < PARTS; ++p) clear(acc_o[p]);
     row_max[0] = row_max[1] = -INFINITY;
     row_sum[0] = row_sum[1] = 0.f;
-    TxBarrier::wait(&q_full, local & 1);
+    int g = 0;
+    fence_all();
+    my_turn();
+    warpgroup_arrive();
+    issue_s(g);
+    next_turn();
+    warpgroup_wait<0>();
+    fence_all();
+    if (tiles == 1) release_q();
+    softmax(0);
+    rescale_o_and_convert_p();
+    int prev = g++, t = 1;
+    while (true) {
+      const int done_row0 = q_row0, done_bh = bh;
+      const float done_sum[2] = {row_sum[0], row_sum[1]};
+      const bool next_item = t == tiles;
+      if (next_item) {
+        item += gridDim.x;
+        ++local;
+        if (item >= work) break;
+        start_item(item, local);
+        t = 0;
+      }
+      fence_all();
+      my_turn();
+      warpgroup_arrive();
+      issue_s(g);
+      issue_o(prev);
+      next_turn();
+      warpgroup_wait<1>();  // S of tile g
+      warpgroup_fence_operand(acc_s);
+      if (t == tiles - 1) release_q();
+      if (next_item) {
+        row_max[0] = row_max[1] = -INFINITY;
+        row_sum[0] = row_sum[1] = 0.f;
+      }
+      softmax(t);
+      warpgroup_wait<0>();  // O += P V of tile prev
+      fence_all();
+      if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
+      if (next_item) store_o(done_sum, done_row0, done_bh);
+      rescale_o_and_convert_p();
+      prev = g++;
+      ++t;
+    }
+    fence_all();
+    my_turn();
+    warpgroup_arrive();
+    issue_o(prev);
+    next_turn();
+    warpgroup_wait<0>();
+    fence_all();
+    if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
+    store_o(row_sum, q_row0, bh);
+    return;
+  }
+  int local = 0;
+  for (int item = blockIdx.x; item < work; item += gridDim.x, ++local) {
+    start_item(item, local);
+    CUTE_UNROLL
+    for (int p = 0; p < PARTS; ++p) clear(acc_o[p]);
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
     if constexpr (PIPELINE) {
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.
       fence_all();
       my_turn();
       warpgroup_arrive();
-      issue_s(0);
+      issue_s(ring);
       next_turn();
       warpgroup_wait<0>();
       fence_all();
@@ -320,8 +428,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
         fence_all();
         my_turn();
         warpgroup_arrive();
-        issue_s(t);
-        issue_o(t - 1);
+        issue_s(ring + t);
+        issue_o(ring + t - 1);
         next_turn();
         warpgroup_wait<1>();  // S of tile t
         warpgroup_fence_operand(acc_s);
@@ -335,7 +443,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       fence_all();
       my_turn();
       warpgroup_arrive();
-      issue_o(tiles - 1);
+      issue_o(ring + tiles - 1);
       next_turn();
       warpgroup_wait<0>();
       fence_all();
@@ -347,7 +455,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
         fence_all();
         my_turn();
         warpgroup_arrive();
-        issue_s(t);
+        issue_s(ring + t);
         next_turn();
         warpgroup_wait<0>();
         fence_all();
@@ -357,7 +465,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
         fence_all();
         my_turn();
         warpgroup_arrive();
-        issue_o(t);
+        issue_o(ring + t);
         next_turn();
         warpgroup_wait<0>();
         fence_all();
@@ -365,27 +473,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       }
     }
 
-    // O / l, fp16, rows past seq not written. Value i of part p: row (i / 2) % 2, column
-    // p * PV_N + 8 * (i / 4) + 2 * (tid % 4) + i % 2; pairs of columns go out as one half2.
-    float inverse[2];
-    CUTE_UNROLL
-    for (int h = 0; h < 2; ++h) {
-      const float sum = fa_hopper::quad_sum(row_sum[h]);
-      inverse[h] = sum > 0.f ? 1.f / sum : 0.f;
-    }
-    CUTE_UNROLL
-    for (int p = 0; p < PARTS; ++p) {
-      CUTE_UNROLL
-      for (int i = 0; i < size(acc_o[p]); i += 2) {
-        const int h = (i / 2) % 2;
-        const int r = q_row0 + row + 8 * h;
-        if (r < seq) {
-          const int col = p * PV_N + 8 * (i / 4) + 2 * (tid % 4);
-          const __half2 pair = __floats2half2_rn(acc_o[p](i) * inverse[h], acc_o[p](i + 1) * inverse[h]);
-          *reinterpret_cast<__half2 *>(o + (size_t(bh) * seq + r) * D + col) = pair;
-        }
-      }
-    }
+    store_o(row_sum, q_row0, bh);
     ring += tiles;
   }
 }

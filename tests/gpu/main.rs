@@ -595,10 +595,25 @@ fn python_export_launches_with_torch_and_cupy(f: &Fixture, _: &Gpu) -> TestResul
     if code != 0 {
         return Err(format!("export failed: {out}"));
     }
-    let script = repo_root().join("tests/python/gpu_export.py");
+    run_python_check(
+        "tests/python/gpu_export.py",
+        &module,
+        "all GPU checks passed",
+        "the exported module failed on the GPU",
+    )
+}
+
+/// Runs a Python check of an exported module, prints its output indented, and fails
+/// unless it exits 0 and prints `passed`.
+fn run_python_check(
+    script: &str,
+    module: &std::path::Path,
+    passed: &str,
+    failure: &str,
+) -> TestResult {
     let output = std::process::Command::new("python3")
-        .arg(&script)
-        .arg(&module)
+        .arg(repo_root().join(script))
+        .arg(module)
         .output()
         .map_err(|e| format!("cannot run python3: {e}"))?;
     let text = format!(
@@ -606,11 +621,11 @@ fn python_export_launches_with_torch_and_cupy(f: &Fixture, _: &Gpu) -> TestResul
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    for line in text.lines() {
+    for line in text.lines().filter(|l| !l.trim().is_empty()) {
         println!("    {line}");
     }
-    if !output.status.success() || !text.contains("all GPU checks passed") {
-        return Err("the exported module failed on the GPU".into());
+    if !output.status.success() || !text.contains(passed) {
+        return Err(failure.into());
     }
     Ok(())
 }
@@ -672,23 +687,12 @@ fn python_module_in_cuda_graphs_and_torch_compile(_: &Fixture, _: &Gpu) -> TestR
     if code != 0 {
         return Err(format!("export failed: {out}"));
     }
-    let output = std::process::Command::new("python3")
-        .arg(repo.join("tests/python/gpu_torch.py"))
-        .arg(&module)
-        .output()
-        .map_err(|e| format!("cannot run python3: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        println!("    {line}");
-    }
-    if !output.status.success() || !text.contains("all torch checks passed") {
-        return Err("the exported module failed with CUDA graphs or torch.compile".into());
-    }
-    Ok(())
+    run_python_check(
+        "tests/python/gpu_torch.py",
+        &module,
+        "all torch checks passed",
+        "the exported module failed with CUDA graphs or torch.compile",
+    )
 }
 
 /// The repository's CuTe GEMM (a template entry, two TMA descriptors kart encodes) on a
@@ -974,23 +978,12 @@ fn python_variants_are_called_alike_and_chosen_by_best(_: &Fixture, gpu: &Gpu) -
     if code != 0 {
         return Err(format!("export failed: {out}"));
     }
-    let output = std::process::Command::new("python3")
-        .arg(repo.join("tests/python/gpu_variants.py"))
-        .arg(&module)
-        .output()
-        .map_err(|e| format!("cannot run python3: {e}"))?;
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-    for line in text.lines().filter(|l| !l.trim().is_empty()) {
-        println!("    {line}");
-    }
-    if !output.status.success() || !text.contains("all variant checks passed") {
-        return Err("the exported FlashAttention family failed".into());
-    }
-    Ok(())
+    run_python_check(
+        "tests/python/gpu_variants.py",
+        &module,
+        "all variant checks passed",
+        "the exported FlashAttention family failed",
+    )
 }
 
 fn repo_root() -> PathBuf {

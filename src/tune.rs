@@ -81,6 +81,8 @@ impl TuneRecord {
 
 impl crate::store::sidecar::Sidecar for TuneFile {
     const VERSION: u32 = TUNE_VERSION;
+    // Version 1 had no `variant`: every record names its own kernel's config.
+    const READS_FROM: u32 = 1;
     const HEADER: &'static str = HEADER;
     const WHAT: &'static str = "tuning file";
     const REGENERATE: &'static str = "rerun the kernels' tuning programs with this kart";
@@ -855,6 +857,30 @@ mod tests {
                 }
             }
         }
+    }
+
+    #[test]
+    fn a_version_1_file_is_read_and_written_back_as_version_2() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(TUNE_FILE);
+        let mut tune = TuneFile::default();
+        tune.merge(vec![record(problem(1, 512, 64), cfg(64, 64), '0')]);
+        let old = tune.to_text().replace("version = 2", "version = 1");
+        std::fs::write(&path, old).unwrap();
+        let mut read = TuneFile::read(&path, Path::new(TUNE_FILE)).unwrap();
+        assert_eq!((read.version, read.records.len()), (1, 1));
+        read.merge(vec![]);
+        assert!(read.write(&path).unwrap());
+        assert!(
+            std::fs::read_to_string(&path)
+                .unwrap()
+                .contains("version = 2")
+        );
+        std::fs::write(&path, "version = 3\n").unwrap();
+        let err = TuneFile::read(&path, Path::new(TUNE_FILE))
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("version 3 is not 1 to 2"), "{err}");
     }
 
     #[test]

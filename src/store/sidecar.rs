@@ -25,6 +25,9 @@ pub struct BadRecord {
 pub trait Sidecar: Serialize + DeserializeOwned {
     /// The format version this kart writes and reads.
     const VERSION: u32;
+    /// The oldest version it still reads (a file of an older version that is a subset
+    /// of the current one; it is written back as [`Self::VERSION`]).
+    const READS_FROM: u32 = Self::VERSION;
     /// The comment at the top of the file.
     const HEADER: &'static str;
     /// What the file is, in messages ("attestation", "tuning file").
@@ -51,15 +54,15 @@ pub fn read<T: Sidecar>(path: &Path, shown: &Path) -> Result<T> {
         text: &text,
     };
     let parsed: T = file.parse()?;
-    if parsed.version() != T::VERSION {
+    if !(T::READS_FROM..=T::VERSION).contains(&parsed.version()) {
+        let known = if T::READS_FROM == T::VERSION {
+            T::VERSION.to_string()
+        } else {
+            format!("{} to {}", T::READS_FROM, T::VERSION)
+        };
         return Err(file.error(
             0..0,
-            format!(
-                "{} version {} is not {}",
-                T::WHAT,
-                parsed.version(),
-                T::VERSION
-            ),
+            format!("{} version {} is not {known}", T::WHAT, parsed.version()),
             T::REGENERATE,
         ));
     }

@@ -193,6 +193,8 @@ pub enum Command {
     ///
     /// By default each named kernel's `default` config (or its only config) for every
     /// target in kart.lock; KERNEL:NAME=VALUE,… names configs; --all-configs takes all.
+    /// A kernel named without params brings its variants (kernels whose `variant_of`
+    /// names it), so the module's best() can choose among them.
     Export {
         /// Kernels and configs: KERNEL or KERNEL:NAME=VALUE,NAME=VALUE (default: every
         /// kernel of kart.lock).

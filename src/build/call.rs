@@ -68,21 +68,6 @@ pub enum ArgText {
     },
 }
 
-/// The element types a tensor map may have, with their sizes in bytes (the names of
-/// the exported module's `tensor_map`).
-pub const TMA_TYPES: [(&str, u64); 10] = [
-    ("u8", 1),
-    ("u16", 2),
-    ("u32", 4),
-    ("i32", 4),
-    ("u64", 8),
-    ("i64", 8),
-    ("f16", 2),
-    ("bf16", 2),
-    ("f32", 4),
-    ("f64", 8),
-];
-
 impl ArgSpec {
     /// Its text.
     pub fn text(&self) -> ArgText {
@@ -164,8 +149,6 @@ pub enum MadeArg {
         caller: usize,
         /// Element type name.
         dtype: String,
-        /// Bytes per element.
-        elem: u64,
         /// Shape, outermost first.
         shape: Vec<u64>,
         /// Row-major strides in elements, outermost first.
@@ -250,15 +233,10 @@ pub fn make_args<E: Env + ?Sized>(
                 for d in (0..shape.len().saturating_sub(1)).rev() {
                     strides[d] = strides[d + 1].saturating_mul(shape[d + 1]);
                 }
-                let elem = TMA_TYPES
-                    .iter()
-                    .find(|(n, _)| n == dtype)
-                    .map_or(1, |(_, s)| *s);
                 next += 1;
                 MadeArg::TensorMap {
                     caller: next - 1,
                     dtype: dtype.clone(),
-                    elem,
                     shape,
                     strides,
                     tile,
@@ -302,7 +280,6 @@ mod tests {
                 MadeArg::TensorMap {
                     caller: 0,
                     dtype: "f16".into(),
-                    elem: 2,
                     shape: vec![6, 100, 64],
                     strides: vec![6400, 64, 1],
                     tile: vec![1, 128, 64],

@@ -1137,8 +1137,9 @@ fn launch_args(
     entry: &Spanned<String>,
     slots: &Spanned<Vec<Spanned<toml::Value>>>,
 ) -> Result<Vec<crate::build::call::ArgSpec>> {
-    use crate::build::call::{ArgSpec, TMA_TYPES};
+    use crate::build::call::ArgSpec;
     use crate::runtime::signature::ParamKind;
+    use crate::runtime::tma::TmaType;
     let Some(signature) = kernel.signature.get(entry.get_ref()) else {
         return Err(file.error(
             entry.span(),
@@ -1197,18 +1198,7 @@ fn launch_args(
                 }
                 match (t.get("value"), t.get("tensormap")) {
                     (Some(v), None) if t.len() == 1 => {
-                        let integer = matches!(
-                            kind,
-                            ParamKind::I8
-                                | ParamKind::U8
-                                | ParamKind::I16
-                                | ParamKind::U16
-                                | ParamKind::I32
-                                | ParamKind::U32
-                                | ParamKind::I64
-                                | ParamKind::U64
-                        );
-                        if !integer {
+                        if !kind.is_integer() {
                             return Err(bad("a computed value goes only into an integer parameter".into()));
                         }
                         ArgSpec::Value(expr_at(slot, &format!("{at} value"), v)?)
@@ -1217,10 +1207,10 @@ fn launch_args(
                         if *kind != ParamKind::TensorMap {
                             return Err(bad("a tensor map goes only into a `tensormap` parameter".into()));
                         }
-                        if !TMA_TYPES.iter().any(|(n, _)| n == dtype) {
+                        if TmaType::from_name(dtype).is_none() {
                             return Err(bad(format!(
                                 "`{dtype}` is not a tensor map element type (one of {})",
-                                TMA_TYPES.map(|(n, _)| n).join(", ")
+                                TmaType::NAMES.join(", ")
                             )));
                         }
                         let exprs = |what: &str| -> Result<Vec<Expr>> {

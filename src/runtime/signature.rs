@@ -91,6 +91,21 @@ impl ParamKind {
         }
     }
 
+    /// Whether it is an integer (`i8` to `u64`).
+    pub fn is_integer(self) -> bool {
+        matches!(
+            self,
+            ParamKind::I8
+                | ParamKind::U8
+                | ParamKind::I16
+                | ParamKind::U16
+                | ParamKind::I32
+                | ParamKind::U32
+                | ParamKind::I64
+                | ParamKind::U64
+        )
+    }
+
     /// Its name in `kernel.toml`.
     pub fn name(self) -> std::borrow::Cow<'static, str> {
         std::borrow::Cow::Borrowed(match self {

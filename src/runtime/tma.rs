@@ -42,8 +42,13 @@ impl TmaType {
         }
     }
 
-    /// From its name in `[launch.args]` and the exported module: `u8`, `u16`, `u32`,
-    /// `i32`, `u64`, `i64`, `f16`, `bf16`, `f32`, `f64`.
+    /// The names `from_name` takes, as `[launch.args]` and the exported module's
+    /// `tensor_map` write them.
+    pub const NAMES: [&'static str; 10] = [
+        "u8", "u16", "u32", "i32", "u64", "i64", "f16", "bf16", "f32", "f64",
+    ];
+
+    /// From its name in `[launch.args]` and the exported module (one of [`Self::NAMES`]).
     pub fn from_name(name: &str) -> Option<TmaType> {
         Some(match name {
             "u8" => TmaType::U8,
@@ -211,5 +216,23 @@ impl TensorMap {
         // SAFETY: the driver wrote all 128 bytes.
         let map = unsafe { map.assume_init() };
         Ok(TensorMap(map.opaque))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn element_type_names_are_the_exported_modules() {
+        for name in TmaType::NAMES {
+            assert!(TmaType::from_name(name).is_some(), "{name}");
+            // The exported loader's `tensor_map` takes the same names.
+            assert!(
+                include_str!("../export/loader.py").contains(&format!("\"{name}\": (")),
+                "{name} missing from loader.py's _TMA_TYPES"
+            );
+        }
+        assert_eq!(TmaType::from_name("f8"), None);
     }
 }

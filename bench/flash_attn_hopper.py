@@ -5,7 +5,7 @@ the problem; kart makes the Hopper kernel's tensor maps):
 
     kart export --python -o fa.py flash_attn --all-configs --target sm_90 --target sm_90a
     python3 bench/flash_attn_hopper.py check fa.py
-    python3 bench/flash_attn_hopper.py bench fa.py [--runs 30]
+    python3 bench/flash_attn_hopper.py bench fa.py [--runs 30] [--by EXP,BLOCK_N]
     python3 bench/flash_attn_hopper.py run fa.py --config BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1 \
         --problem 32,32,512,128,1 --runs 3    # one Hopper config, for a profiler
 
@@ -16,7 +16,9 @@ float64 attention; relative L2 error below 2e-3 (the limit of examples/flash_att
 and S = 2048 rows) every config of both kernels with that D and causality is timed
 (median of --runs) and each kernel's fastest kept, beside `best("flash_attn")`'s pick
 from the embedded tuning records (which kernel and config, its time), and PyTorch
-SDPA with each backend forced (FLASH, cuDNN, EFFICIENT), in one process: each run alone
+SDPA with each backend forced (FLASH, cuDNN, EFFICIENT); with --by, under each row the
+Hopper kernel's fastest config for each combination of those parameters' values (to
+compare versions of the kernel built side by side); in one process: each run alone
 between CUDA events after the L2 is flushed (a 256 MiB buffer zeroed), medians; TFLOP/s
 counted as 4*B*H*S^2*D (halved when causal). Prints figures; asserts nothing but
 correctness in `check`.
@@ -96,7 +98,7 @@ def check(mod):
     return failed == 0
 
 
-def bench(mod, runs):
+def bench(mod, runs, by=()):
     timed = l2_flushed_timer(runs, warmup=3)
 
     print(f"{torch.cuda.get_device_name()}, torch {torch.__version__}; TFLOP/s, median of {runs} runs, L2 flushed")
@@ -122,6 +124,8 @@ def bench(mod, runs):
                 run()
                 trials.append((timed(run), config, run))
             fastest[kernel] = min(trials, key=lambda t: t[0])
+            if kernel == "flash_attn_hopper":
+                hopper_trials = trials
         hopper_us, config, run = fastest["flash_attn_hopper"]
         run()
         torch.cuda.synchronize()
@@ -137,6 +141,14 @@ def bench(mod, runs):
               f" {tf['best']:7.1f} {tf['FLASH']:7.1f} {tf['cuDNN']:7.1f} {tf['EFF']:7.1f}"
               f"  {tf['hopper'] / tf['FLASH']:7.2f} {tf['hopper'] / tf['cuDNN']:7.2f}  {rel:8.1e}"
               f"  {picked.kernel}[{label(picked.config)}]", flush=True)
+        groups = {}
+        for trial in hopper_trials:
+            key = tuple(trial[1][p] for p in by)
+            if key not in groups or trial[0] < groups[key][0]:
+                groups[key] = trial
+        for key, (us, config, _) in sorted(groups.items()) if by else ():
+            values = ",".join(f"{p}={v}" for p, v in zip(by, key))
+            print(f"{'':>24}{values:30} {flops / (us * 1e-6) / 1e12:7.1f}  {label(config)}", flush=True)
 
 
 def run(mod, config, problem, times):
@@ -158,6 +170,7 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--config", help="run: BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1")
     ap.add_argument("--problem", help="run: B,H,S,D,causal")
+    ap.add_argument("--by", default="", help="bench: the Hopper kernel's fastest per value of these params: EXP,BLOCK_N")
     args = ap.parse_args()
     mod = load(args.module, "fa")
     if args.what == "check":
@@ -165,7 +178,7 @@ def main():
     if args.what == "run":
         run(mod, args.config, tuple(int(x) for x in args.problem.split(",")), args.runs)
         return
-    bench(mod, args.runs)
+    bench(mod, args.runs, tuple(p for p in args.by.split(",") if p))
 
 
 if __name__ == "__main__":

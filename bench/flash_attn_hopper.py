@@ -8,6 +8,7 @@ the problem; kart makes the Hopper kernel's tensor maps):
     python3 bench/flash_attn_hopper.py bench fa.py [--runs 30] [--by EXP,BLOCK_N]
     python3 bench/flash_attn_hopper.py run fa.py --config BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1 \
         --problem 32,32,512,128,1 --runs 3    # one Hopper config, for a profiler
+    python3 bench/flash_attn_hopper.py run fa.py --backend CUDNN_ATTENTION --problem 32,32,512,128,1 --runs 3
 
 `check`: every config of both kernels on seq in {1, 17, 128, 500, 512, 2048} (batch x
 heads = 3), its head dim and causality, output poisoned with NaN first, against
@@ -151,9 +152,17 @@ def bench(mod, runs, by=()):
             print(f"{'':>24}{values:30} {flops / (us * 1e-6) / 1e12:7.1f}  {label(config)}", flush=True)
 
 
-def run(mod, config, problem, times):
-    """One config on one problem `times` times (for a profiler to pick a launch)."""
+def run(mod, config, problem, times, backend=None):
+    """One config on one problem `times` times (for a profiler to pick a launch); with
+    `backend`, PyTorch's SDPA with that backend forced instead."""
     b, h, s, d, causal = problem
+    if backend:
+        q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
+        with sdpa_kernel(getattr(SDPBackend, backend)):
+            for _ in range(times):
+                F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal))
+        torch.cuda.synchronize()
+        return
     config = {**{k: int(v) for k, v in (kv.split("=") for kv in config.split(","))}, "HEAD_DIM": d, "CAUSAL": causal}
     q, k, v = (torch.randn(b, h, s, d, device="cuda", dtype=torch.float16) for _ in range(3))
     o = torch.empty_like(q)
@@ -170,13 +179,15 @@ def main():
     ap.add_argument("--runs", type=int, default=30)
     ap.add_argument("--config", help="run: BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1")
     ap.add_argument("--problem", help="run: B,H,S,D,causal")
+    ap.add_argument("--backend", choices=["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"],
+                    help="run: PyTorch's SDPA with this backend instead of a Hopper config")
     ap.add_argument("--by", default="", help="bench: the Hopper kernel's fastest per value of these params: EXP,BLOCK_N")
     args = ap.parse_args()
     mod = load(args.module, "fa")
     if args.what == "check":
         raise SystemExit(0 if check(mod) else 1)
     if args.what == "run":
-        run(mod, args.config, tuple(int(x) for x in args.problem.split(",")), args.runs)
+        run(mod, args.config, tuple(int(x) for x in args.problem.split(",")), args.runs, args.backend)
         return
     bench(mod, args.runs, tuple(p for p in args.by.split(",") if p))
 

@@ -75,7 +75,7 @@ __device__ __forceinline__ float quad_sum(float x) {
 // 2^x on the special-function unit, subnormal results flushed to zero. exp2f keeps
 // them, at the cost of a compare and two predicated multiplies around every MUFU.EX2
 // (four instructions where one does, once per score); P is rounded to fp16 anyway, and
-// 2^-inf is still 0. Measured on the H200: 3-4% on the large rows.
+// 2^-inf is still 0. Measured on the H200: 2-6% faster on the large rows.
 __device__ __forceinline__ float exp2_ftz(float x) {
   float y;
   asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
@@ -265,7 +265,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     }
     // Two rows per thread: value i belongs to row (i / 2) % 2.
     // With TREE, four partial maxima (and sums) per row, combined at the end: chains of
-    // 8 dependent FMNMX (FADD) instead of 32 (faster on most causal rows, not elsewhere).
+    // 8 dependent FMNMX (FADD) instead of 32. Faster on some causal problems, slower on
+    // others; the tuner decides.
     constexpr int LANES = TREE ? 4 : 1;
     float part_max[2][LANES];
     CUTE_UNROLL
@@ -354,8 +355,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     for (int p = 0; p < PARTS; ++p) {
       // Two 8-column blocks at a time: the threads of a pair swap one half2 so that each
       // holds four consecutive columns, and a quad writes 32 bytes of a row, a whole
-      // sector. (A half2 per thread fills half a sector per row; on the H200 that made
-      // 32x32x512x128 15% slower.)
+      // sector. (A half2 per thread fills half a sector per row; on the H200 that was 13%
+      // slower on 32x32x512x128.)
       const bool odd = tid & 1;
       CUTE_UNROLL
       for (int i = 0; i < size(acc_o[p]); i += 8) {

@@ -77,6 +77,14 @@ impl TuneRecord {
     pub fn implementation(&self) -> &str {
         self.variant.as_deref().unwrap_or(&self.kernel)
     }
+
+    /// Whether `lock` no longer names the artifact this record timed (its kernel
+    /// changed since): [`best`] skips such a record until the problem is tuned again.
+    pub fn is_stale(&self, lock: &Lockfile) -> bool {
+        !lock.artifacts.iter().any(|a| {
+            a.digest == self.digest && a.config == self.config && a.kernel == self.implementation()
+        })
+    }
 }
 
 impl crate::store::sidecar::Sidecar for TuneFile {

@@ -389,6 +389,60 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     TxBarrier::wait(&q_full[qb], (local / QBUFS) & 1);
   };
 
+  // A new work item's row statistics (O is cleared apart: with CARRY the first rescale,
+  // by exp2(-inf) = 0, clears it).
+  auto reset_rows = [&]() {
+    row_max[0] = row_max[1] = -INFINITY;
+    row_sum[0] = row_sum[1] = 0.f;
+  };
+  // S of ring use g (tile t of the item) alone, waited for, its softmax and P: a
+  // pipeline's first tile, or every tile without PIPELINE.
+  auto s_alone = [&](int g, int t) {
+    fence_all();
+    my_turn();
+    warpgroup_arrive();
+    issue_s(g);
+    next_turn();
+    warpgroup_wait<0>();
+    fence_all();
+    if (t == tiles - 1) release_q();
+    softmax(t);
+    rescale_o_and_convert_p();
+  };
+  // O += P V of ring use g alone, waited for, its stage handed back: a pipeline's last
+  // tile, or every tile without PIPELINE.
+  auto o_alone = [&](int g) {
+    fence_all();
+    my_turn();
+    warpgroup_arrive();
+    issue_o(g);
+    next_turn();
+    warpgroup_wait<0>();
+    fence_all();
+    if (tid == 0) Barrier::arrive(&empty[g % STAGES]);
+  };
+  // A pipelined step: S of ring use g (tile t of the current item) issued with O += P V
+  // of use `prev`, the softmax of S under that product. `before_softmax` runs once S is
+  // done, `before_rescale` once the product is.
+  auto step = [&](int g, int prev, int t, auto before_softmax, auto before_rescale) {
+    fence_all();
+    my_turn();
+    warpgroup_arrive();
+    issue_s(g);
+    issue_o(prev);
+    next_turn();
+    warpgroup_wait<1>();  // S of use g
+    warpgroup_fence_operand(acc_s);
+    if (t == tiles - 1) release_q();
+    before_softmax();
+    softmax(t);
+    warpgroup_wait<0>();  // O += P V of use prev: its K and V go back
+    fence_all();
+    if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
+    before_rescale();
+    rescale_o_and_convert_p();
+  };
+
   if constexpr (CARRY) {
     // One pipeline over every tile of every item this block takes (g counts them):
     // each step issues S of the next tile and O += P V of the one before, whichever
@@ -400,19 +454,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     start_item(item, local);
     CUTE_UNROLL
     for (int p = 0; p < PARTS; ++p) clear(acc_o[p]);
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.f;
+    reset_rows();
     int g = 0;
-    fence_all();
-    my_turn();
-    warpgroup_arrive();
-    issue_s(g);
-    next_turn();
-    warpgroup_wait<0>();
-    fence_all();
-    if (tiles == 1) release_q();
-    softmax(0);
-    rescale_o_and_convert_p();
+    s_alone(g, 0);
     int prev = g++, t = 1;
     while (true) {
       const int done_row0 = q_row0, done_bh = bh;
@@ -425,36 +469,18 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
         start_item(item, local);
         t = 0;
       }
-      fence_all();
-      my_turn();
-      warpgroup_arrive();
-      issue_s(g);
-      issue_o(prev);
-      next_turn();
-      warpgroup_wait<1>();  // S of tile g
-      warpgroup_fence_operand(acc_s);
-      if (t == tiles - 1) release_q();
-      if (next_item) {
-        row_max[0] = row_max[1] = -INFINITY;
-        row_sum[0] = row_sum[1] = 0.f;
-      }
-      softmax(t);
-      warpgroup_wait<0>();  // O += P V of tile prev
-      fence_all();
-      if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
-      if (next_item) store_o(done_sum, done_row0, done_bh);
-      rescale_o_and_convert_p();
+      step(
+          g, prev, t,
+          [&]() {
+            if (next_item) reset_rows();
+          },
+          [&]() {
+            if (next_item) store_o(done_sum, done_row0, done_bh);
+          });
       prev = g++;
       ++t;
     }
-    fence_all();
-    my_turn();
-    warpgroup_arrive();
-    issue_o(prev);
-    next_turn();
-    warpgroup_wait<0>();
-    fence_all();
-    if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
+    o_alone(prev);
     store_o(row_sum, q_row0, bh);
     return;
   }
@@ -463,67 +489,19 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     start_item(item, local);
     CUTE_UNROLL
     for (int p = 0; p < PARTS; ++p) clear(acc_o[p]);
-    row_max[0] = row_max[1] = -INFINITY;
-    row_sum[0] = row_sum[1] = 0.f;
+    reset_rows();
     if constexpr (PIPELINE) {
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.
-      fence_all();
-      my_turn();
-      warpgroup_arrive();
-      issue_s(ring);
-      next_turn();
-      warpgroup_wait<0>();
-      fence_all();
-      if (tiles == 1) release_q();
-      softmax(0);
-      rescale_o_and_convert_p();
-      for (int t = 1; t < tiles; ++t) {
-        fence_all();
-        my_turn();
-        warpgroup_arrive();
-        issue_s(ring + t);
-        issue_o(ring + t - 1);
-        next_turn();
-        warpgroup_wait<1>();  // S of tile t
-        warpgroup_fence_operand(acc_s);
-        if (t == tiles - 1) release_q();
-        softmax(t);
-        warpgroup_wait<0>();  // O += P V of tile t - 1: its K and V go back
-        fence_all();
-        if (tid == 0) Barrier::arrive(&empty[(ring + t - 1) % STAGES]);
-        rescale_o_and_convert_p();
-      }
-      fence_all();
-      my_turn();
-      warpgroup_arrive();
-      issue_o(ring + tiles - 1);
-      next_turn();
-      warpgroup_wait<0>();
-      fence_all();
-      if (tid == 0) Barrier::arrive(&empty[(ring + tiles - 1) % STAGES]);
+      s_alone(ring, 0);
+      for (int t = 1; t < tiles; ++t) step(ring + t, ring + t - 1, t, [] {}, [] {});
+      o_alone(ring + tiles - 1);
     } else {
       // One tile at a time: S, its softmax, O += P V; the other consumer warpgroups (and
       // with one consumer, the other block on the SM) fill the tensor cores meanwhile.
       for (int t = 0; t < tiles; ++t) {
-        fence_all();
-        my_turn();
-        warpgroup_arrive();
-        issue_s(ring + t);
-        next_turn();
-        warpgroup_wait<0>();
-        fence_all();
-        if (t == tiles - 1) release_q();
-        softmax(t);
-        rescale_o_and_convert_p();
-        fence_all();
-        my_turn();
-        warpgroup_arrive();
-        issue_o(ring + t);
-        next_turn();
-        warpgroup_wait<0>();
-        fence_all();
-        if (tid == 0) Barrier::arrive(&empty[(ring + t) % STAGES]);
+        s_alone(ring + t, t);
+        o_alone(ring + t);
       }
     }
 

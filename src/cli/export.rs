@@ -54,6 +54,25 @@ pub fn run(
             chosen.len(),
             text.len() as f64 / 1024.0
         );
+        // After a kernel changes, its records time artifacts the lock no longer has and
+        // best() quietly answers with defaults: say so where the module is made.
+        let exported: std::collections::BTreeSet<&str> =
+            chosen.iter().map(|a| a.kernel.as_str()).collect();
+        let stale = tune
+            .records
+            .iter()
+            .filter(|r| {
+                exported.contains(r.implementation()) || exported.contains(r.kernel.as_str())
+            })
+            .filter(|r| r.is_stale(&lock))
+            .count();
+        if stale > 0 {
+            eprintln!(
+                "warning: {stale} record(s) of {} time artifacts kart.lock no longer names (their kernel changed since); \
+                 best() answers those problems with defaults until they are tuned again (`kart tune` marks them stale)",
+                kart::tune::TUNE_FILE
+            );
+        }
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -52,9 +52,7 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
         "KERNEL", "GPU", "PROBLEM", "MEDIAN µs", "CONFIG"
     );
     for r in records {
-        let stale = !lock.artifacts.iter().any(|a| {
-            a.digest == r.digest && a.config == r.config && a.kernel == r.implementation()
-        });
+        let stale = r.is_stale(&lock);
         let problem: Vec<String> = r.problem.iter().map(|(k, v)| format!("{k}={v}")).collect();
         println!(
             "{:12} {:16} {:44} {:>10.1}  {:52} {}",

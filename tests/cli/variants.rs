@@ -77,7 +77,11 @@ fn a_variant_is_built_locked_exported_and_chosen_per_gpu() {
     // Exporting the base brings its variant.
     let module = p.root().join("family.py");
     let out = p.ok(&["export", "--python", "-o", module.to_str().unwrap(), "base"]);
-    assert!(stderr(&out).contains("3 cubins"), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("3 cubins") && !stderr(&out).contains("warning"),
+        "{}",
+        text(&out)
+    );
     let script = r#"
 import importlib.util, sys
 spec = importlib.util.spec_from_file_location("family", sys.argv[1])
@@ -120,6 +124,26 @@ print("family checks passed")
         check.status.success() && stdout(&check).contains("family checks passed"),
         "{}",
         text(&check)
+    );
+
+    // Once the lock names another artifact (its kernel changed since the record was
+    // timed) the record is stale: `kart tune` marks it and export warns about it.
+    let tune = p.read("kart.tune");
+    p.write("kart.tune", &tune.replace(&digest, &"ab".repeat(32)));
+    let out = p.ok(&["tune"]);
+    assert!(
+        stdout(&out)
+            .lines()
+            .any(|l| l.starts_with("base") && l.trim_end().ends_with("yes")),
+        "{}",
+        text(&out)
+    );
+    let out = p.ok(&["export", "--python", "-o", module.to_str().unwrap(), "base"]);
+    assert!(
+        stderr(&out)
+            .contains("warning: 1 record(s) of kart.tune time artifacts kart.lock no longer names"),
+        "{}",
+        text(&out)
     );
 }
 

@@ -5,7 +5,7 @@ the problem; kart makes the Hopper kernel's tensor maps):
 
     kart export --python -o fa.py flash_attn --all-configs --target sm_90 --target sm_90a
     python3 bench/flash_attn_hopper.py check fa.py
-    python3 bench/flash_attn_hopper.py bench fa.py [--runs 30] [--by EXP,BLOCK_N]
+    python3 bench/flash_attn_hopper.py bench fa.py [--runs 30] [--by TREE,CARRY]
     python3 bench/flash_attn_hopper.py run fa.py --config BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1 \
         --problem 32,32,512,128,1 --runs 3    # one Hopper config, for a profiler
     python3 bench/flash_attn_hopper.py run fa.py --backend CUDNN_ATTENTION --problem 32,32,512,128,1 --runs 3
@@ -116,7 +116,7 @@ def bench(mod, runs, by=()):
         # Each kernel's fastest config of this row, each config timed in full (a median
         # of a few runs picked configs whose full median was up to 5x slower: some
         # configs' runs vary that much from one to the next).
-        fastest = {}
+        fastest, all_trials = {}, {}
         for kernel in KERNELS:
             trials = []
             for config in configs(mod, kernel, d, causal):
@@ -125,8 +125,7 @@ def bench(mod, runs, by=()):
                 run()
                 trials.append((timed(run), config, run))
             fastest[kernel] = min(trials, key=lambda t: t[0])
-            if kernel == "flash_attn_hopper":
-                hopper_trials = trials
+            all_trials[kernel] = trials
         hopper_us, config, run = fastest["flash_attn_hopper"]
         run()
         torch.cuda.synchronize()
@@ -142,14 +141,20 @@ def bench(mod, runs, by=()):
               f" {tf['best']:7.1f} {tf['FLASH']:7.1f} {tf['cuDNN']:7.1f} {tf['EFF']:7.1f}"
               f"  {tf['hopper'] / tf['FLASH']:7.2f} {tf['hopper'] / tf['cuDNN']:7.2f}  {rel:8.1e}"
               f"  {picked.kernel}[{label(picked.config)}]", flush=True)
-        groups = {}
-        for trial in hopper_trials:
-            key = tuple(trial[1][p] for p in by)
-            if key not in groups or trial[0] < groups[key][0]:
-                groups[key] = trial
-        for key, (us, config, _) in sorted(groups.items()) if by else ():
-            values = ",".join(f"{p}={v}" for p, v in zip(by, key))
-            print(f"{'':>24}{values:30} {flops / (us * 1e-6) / 1e12:7.1f}  {label(config)}", flush=True)
+        if by:
+            print_fastest_by(by, all_trials["flash_attn_hopper"], flops)
+
+
+def print_fastest_by(by, trials, flops):
+    """Under a row: the fastest of `trials` for each combination of the `by` params' values."""
+    fastest = {}
+    for trial in trials:
+        key = tuple(trial[1][p] for p in by)
+        if key not in fastest or trial[0] < fastest[key][0]:
+            fastest[key] = trial
+    for key, (us, config, _) in sorted(fastest.items()):
+        values = ",".join(f"{p}={v}" for p, v in zip(by, key))
+        print(f"{'':>24}{values:30} {flops / (us * 1e-6) / 1e12:7.1f}  {label(config)}", flush=True)
 
 
 def run(mod, config, problem, times, backend=None):
@@ -181,7 +186,7 @@ def main():
     ap.add_argument("--problem", help="run: B,H,S,D,causal")
     ap.add_argument("--backend", choices=["FLASH_ATTENTION", "CUDNN_ATTENTION", "EFFICIENT_ATTENTION"],
                     help="run: PyTorch's SDPA with this backend instead of a Hopper config")
-    ap.add_argument("--by", default="", help="bench: the Hopper kernel's fastest per value of these params: EXP,BLOCK_N")
+    ap.add_argument("--by", default="", help="bench: the Hopper kernel's fastest per value of these params: TREE,CARRY")
     args = ap.parse_args()
     mod = load(args.module, "fa")
     if args.what == "check":

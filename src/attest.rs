@@ -66,6 +66,20 @@ pub struct Attestation {
 }
 
 impl Attestation {
+    /// Checks every field beyond its type: the digest is hex, the versions are release
+    /// numbers, the names carry no control characters.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        use crate::untrusted::{label, release};
+        if !crate::digest::is_sha256_hex(&self.digest) {
+            return Err("a digest must be 64 lower-case hex digits".into());
+        }
+        label("gpu", &self.gpu)?;
+        release("capability", &self.capability)?;
+        release("driver", &self.driver)?;
+        label("kart version", &self.kart)?;
+        label("artifact", &self.artifact)
+    }
+
     fn identity(&self) -> (&str, &str, &str, &str, &str) {
         (
             &self.digest,
@@ -111,18 +125,14 @@ impl crate::store::sidecar::Sidecar for AttestFile {
     }
 
     fn check(&self) -> std::result::Result<(), BadRecord> {
-        match self
-            .records
-            .iter()
-            .find(|r| !crate::digest::is_sha256_hex(&r.digest))
-        {
-            Some(r) => Err(BadRecord {
+        for r in &self.records {
+            r.validate().map_err(|message| BadRecord {
                 near: r.digest.clone(),
-                message: "a digest must be 64 lower-case hex digits".into(),
+                message,
                 hint: "rerun `kart smoke --all` on a GPU machine, or delete the record",
-            }),
-            None => Ok(()),
+            })?;
         }
+        Ok(())
     }
 }
 

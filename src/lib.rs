@@ -21,7 +21,8 @@
 //! - [`tune`]: offline tuning, `kart.tune` and `best()`; [`attest`]: `kart.attest`;
 //! - [`smoke`]: the whole loop on the built-in smoke kernel;
 //! - shared by all: [`workspace`] (a project with its store), [`error`], [`digest`],
-//!   [`target`], [`failpoint`].
+//!   [`target`], [`failpoint`], [`untrusted`] (the checks of what kart reads from files
+//!   and remotes).
 //!
 //! The modules that were once at the crate root are re-exported there under their old
 //! names (`kart::manifest`, `kart::lockfile`, `kart::resolve`, …), so code written
@@ -40,6 +41,7 @@ pub mod smoke;
 pub mod store;
 pub mod target;
 pub mod tune;
+pub mod untrusted;
 pub mod workspace;
 
 pub use build::{compile, key, manifest, process, toolchain};

@@ -18,14 +18,16 @@ fn main() -> ExitCode {
     match cli::run(&args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e}");
+            // Errors quote files, remotes and nvcc: nothing of theirs may drive the terminal.
+            let shown = |s: String| kart::untrusted::for_terminal(&s).into_owned();
+            eprintln!("error: {}", shown(e.to_string()));
             let mut source = std::error::Error::source(&e);
             while let Some(s) = source {
-                eprintln!("  caused by: {s}");
+                eprintln!("  caused by: {}", shown(s.to_string()));
                 source = s.source();
             }
             if let Some(hint) = e.hint() {
-                eprintln!("hint: {hint}");
+                eprintln!("hint: {}", shown(hint.to_string()));
             }
             ExitCode::from(e.exit_code() as u8)
         }

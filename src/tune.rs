@@ -73,6 +73,31 @@ pub struct TuneFile {
 }
 
 impl TuneRecord {
+    /// Checks every field beyond its type: names are C identifiers, the digest is hex,
+    /// the target parses, times are finite and not negative.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        use crate::untrusted::{identifier, label};
+        identifier("kernel", &self.kernel)?;
+        if let Some(v) = &self.variant {
+            identifier("variant", v)?;
+        }
+        label("gpu", &self.gpu)?;
+        for key in self.problem.keys() {
+            identifier("problem key", key)?;
+        }
+        if !crate::digest::is_sha256_hex(&self.digest) {
+            return Err("the digest is not 64 lower-case hex digits".into());
+        }
+        self.target
+            .parse::<crate::target::TargetArch>()
+            .map_err(|e| e.0)?;
+        let time_ok = |t: f64| t.is_finite() && t >= 0.0;
+        if !time_ok(self.median_us) || !self.runner_up_us.is_none_or(time_ok) {
+            return Err("a time is not a finite number of microseconds".into());
+        }
+        Ok(())
+    }
+
     /// The kernel whose config won: the variant, else the kernel.
     pub fn implementation(&self) -> &str {
         self.variant.as_deref().unwrap_or(&self.kernel)
@@ -107,18 +132,17 @@ impl crate::store::sidecar::Sidecar for TuneFile {
     }
 
     fn check(&self) -> std::result::Result<(), BadRecord> {
-        match self
-            .records
-            .iter()
-            .find(|r| !crate::digest::is_sha256_hex(&r.digest) || !r.median_us.is_finite())
-        {
-            Some(r) => Err(BadRecord {
+        for r in &self.records {
+            r.validate().map_err(|message| BadRecord {
                 near: r.digest.clone(),
-                message: format!("record of `{}`: bad digest or time", r.kernel),
+                message: format!(
+                    "record of {}: {message}",
+                    crate::untrusted::quoted(&r.kernel)
+                ),
                 hint: "rerun the tuning program, or delete the record",
-            }),
-            None => Ok(()),
+            })?;
         }
+        Ok(())
     }
 }
 

@@ -49,3 +49,122 @@ impl Workspace {
         )
     }
 }
+
+/// How the lock's key → digest bindings compare with the action entries that exist.
+#[derive(Debug, Default, serde::Serialize)]
+pub struct DigestCheck {
+    /// Artifacts whose lock digest equals their key's action entry.
+    pub matched: usize,
+    /// Artifacts with no action entry to compare with (a fresh clone with no store and
+    /// no trusted remote): their digests are taken on the lock's word.
+    pub unchecked: usize,
+    /// Artifacts whose lock digest disagrees with their key's entry.
+    pub mismatches: Vec<DigestMismatch>,
+}
+
+/// A lock record whose digest is not the one its key's action entry names.
+#[derive(Debug, serde::Serialize)]
+pub struct DigestMismatch {
+    /// `kernel[config] target`.
+    pub artifact: String,
+    /// The action key.
+    pub key: String,
+    /// What kart.lock says.
+    pub lock_digest: String,
+    /// What the entry says.
+    pub entry_digest: String,
+    /// Where the entry is: `the store` or the remote's URL.
+    pub entry_from: String,
+}
+
+impl std::fmt::Display for DigestMismatch {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{}: kart.lock names blob {} for key {}, but the action entry in {} names {}",
+            self.artifact,
+            &self.lock_digest[..12],
+            &self.key[..12],
+            self.entry_from,
+            &self.entry_digest[..12]
+        )
+    }
+}
+
+impl Workspace {
+    /// Compares the digest of each of `artifacts` with the action entry of its key: the
+    /// local store's, else (for keys the store has no entry of) a trusted remote's. An
+    /// entry that also names another kernel, config, target or kind counts as a
+    /// mismatch: a lock or entry bound to the wrong artifact.
+    pub fn check_lock_digests(
+        &self,
+        artifacts: &[&crate::store::lockfile::LockedArtifact],
+        remote: Option<&crate::remote::Remote>,
+    ) -> DigestCheck {
+        let mut check = DigestCheck::default();
+        let mut ask_remote = Vec::new();
+        for a in artifacts {
+            match self.store.get_entry(&a.key) {
+                Ok(Some(entry)) => check.compare(a, &entry, "the store"),
+                // A corrupt entry was quarantined by the read; nothing to compare.
+                Ok(None) | Err(_) => ask_remote.push(*a),
+            }
+        }
+        match remote.filter(|r| r.trusted) {
+            Some(remote) => {
+                let found = crate::remote::parallel_map(&ask_remote, remote.jobs, |a| {
+                    remote.get_entry(&a.key).ok().flatten()
+                });
+                for (a, entry) in ask_remote.iter().zip(found) {
+                    match entry {
+                        Some(entry) => check.compare(
+                            a,
+                            &entry,
+                            &crate::remote::strip_credentials(remote.url()),
+                        ),
+                        None => check.unchecked += 1,
+                    }
+                }
+            }
+            None => check.unchecked += ask_remote.len(),
+        }
+        check
+    }
+}
+
+impl DigestCheck {
+    fn compare(
+        &mut self,
+        a: &crate::store::lockfile::LockedArtifact,
+        entry: &crate::store::ActionEntry,
+        from: &str,
+    ) {
+        let same_artifact = entry.kernel == a.kernel
+            && entry.config == a.config
+            && entry.target == a.target
+            && entry.kind == a.kind;
+        if entry.digest == a.digest && same_artifact {
+            self.matched += 1;
+        } else {
+            self.mismatches.push(DigestMismatch {
+                artifact: a.describe(),
+                key: a.key.clone(),
+                lock_digest: a.digest.clone(),
+                entry_digest: entry.digest.clone(),
+                entry_from: if same_artifact {
+                    from.to_string()
+                } else {
+                    format!(
+                        "{from} (and it describes {})",
+                        crate::store::lockfile::describe(
+                            &entry.kernel,
+                            &entry.config,
+                            &entry.target,
+                            entry.kind
+                        )
+                    )
+                },
+            });
+        }
+    }
+}

@@ -101,11 +101,18 @@ pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> 
         }
     }
     args.extend(job.kernel.flags.iter().cloned());
+    args.extend(reproducible_args(job.kernel));
     for (name, value) in &job.kernel.defines {
         args.push(format!("-D{name}={value}"));
     }
     for (name, value) in job.kernel.macro_params(job.config) {
         args.push(format!("-D{name}={value}"));
+    }
+    // A template kernel's source is included by the generated unit through its own
+    // folder, so the source's name in line markers (`__FILE__`, line info) is the same
+    // project-relative path in every checkout.
+    if !job.kernel.templates.is_empty() {
+        args.push(format!("-I{}", source_folder(job.kernel).display()));
     }
     for dir in &job.kernel.include {
         args.push(format!("-I{}", dir.display()));
@@ -129,6 +136,28 @@ pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> 
     args
 }
 
+/// nvcc names internal-linkage device symbols (anonymous namespaces, `static` objects of
+/// libraries such as libcu++ and CuTe) after a module id that mixes a hash of the
+/// compiled file's absolute path with the front end's process id, so the same unit gives
+/// another cubin on every run and in every folder. `-frandom-seed` replaces the process
+/// id, and a fixed `--orig_src_path_name` (cicc takes the last one given) replaces the
+/// absolute path: the module id then depends on the kernel's name alone. Only safe
+/// characters reach nvcc's shell here: the kernel's name is a C identifier.
+pub fn reproducible_args(kernel: &Kernel) -> Vec<String> {
+    vec![
+        "-frandom-seed=kart".to_string(),
+        "-Xcicc".to_string(),
+        "--orig_src_path_name".to_string(),
+        "-Xcicc".to_string(),
+        format!("{}.cu", kernel.name),
+    ]
+}
+
+/// The folder of a kernel's compiled source, relative to the project root.
+fn source_folder(kernel: &Kernel) -> &Path {
+    kernel.sources[0].parent().unwrap_or(Path::new("."))
+}
+
 /// Runs nvcc for `job` in `scratch` (a private folder) and checks what it wrote.
 pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, CompileFailure> {
     let out = scratch.join(match job.kind {
@@ -139,8 +168,21 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
     let main = main_file(job, scratch);
     let instances = job.kernel.template_instances(job.config);
     if !instances.is_empty() {
+        if main.file_name() == job.kernel.sources[0].file_name() {
+            return Err(CompileFailure {
+                summary: format!(
+                    "the source `{}` has the name of the unit kart generates for template entries: rename it",
+                    job.kernel.sources[0].display()
+                ),
+                details: String::new(),
+                disk_full: false,
+            });
+        }
         let names: Vec<String> = instances.iter().map(|(_, i)| i.clone()).collect();
-        let tu = translation_unit(&job.root.join(&job.kernel.sources[0]), &names);
+        let source_name = job.kernel.sources[0]
+            .file_name()
+            .map_or_else(|| job.kernel.sources[0].clone(), PathBuf::from);
+        let tu = translation_unit(&source_name, &names);
         std::fs::write(&main, tu).map_err(|e| CompileFailure {
             summary: format!("cannot write `{}`: {e}", main.display()),
             details: String::new(),
@@ -343,8 +385,9 @@ pub fn parse_depfile(text: &str) -> Vec<PathBuf> {
     deps
 }
 
-/// Every file nvcc read must be an input of the key (the kernel's folder, a declared
-/// include folder), part of the toolkit, or a system header: otherwise a change to it
+/// Every file nvcc read must be an input of the key (one of the kernel's `sources`, a
+/// file of a declared include folder or listed header library), part of the toolkit, or
+/// a system header: otherwise a change to it
 /// would not change the key and kart would serve a stale binary.
 fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), String> {
     let toolkit = std::fs::canonicalize(&job.toolchain.root).unwrap_or(job.toolchain.root.clone());
@@ -356,7 +399,7 @@ fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), Stri
             continue;
         }
         if let Ok(rel) = abs.strip_prefix(job.root) {
-            let declared = rel.starts_with(&job.kernel.dir)
+            let declared = job.kernel.sources.iter().any(|s| s == rel)
                 || job.kernel.include.iter().any(|d| rel.starts_with(d))
                 || job.kernel.libraries.iter().any(|l| {
                     job.toolchain
@@ -374,6 +417,16 @@ fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), Stri
                     "`{}` is from the header library `{name}`, which the kernel does not list: add `libraries = [\"{name}\"]` to `{}`",
                     rel.display(),
                     job.kernel.manifest.display()
+                ));
+                continue;
+            }
+            if !declared && rel.starts_with(&job.kernel.dir) {
+                let name = relative_path(&job.kernel.dir, rel);
+                problems.push(format!(
+                    "`{}` is read by the compile but is not one of the kernel's `sources`: add it to `sources` in `{}` (sources = [..., \"{}\"])",
+                    rel.display(),
+                    job.kernel.manifest.display(),
+                    name.display()
                 ));
                 continue;
             }

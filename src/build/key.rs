@@ -17,7 +17,13 @@ use crate::target::TargetArch;
 
 /// Bump when anything about the key's inputs or encoding changes: every key changes
 /// with it, so every artifact is rebuilt (or fetched) once.
-pub const KEY_FORMAT_VERSION: u32 = 1;
+///
+/// 2: nvcc runs with reproducible module ids (see `compile::reproducible_args`), a
+/// template kernel's source is included through its folder, the inputs of a kernel's
+/// folder are its `sources` (not every file there), the names passed as param macros
+/// are listed, and a kernel compiled with line information keys the folder it was
+/// compiled in (nvcc writes it into the cubin).
+pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// What kind of file an artifact is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
@@ -40,12 +46,18 @@ impl std::fmt::Display for ArtifactKind {
 }
 
 /// The paths (relative to the project root, `/`-separated) and sha256 of every input
-/// file of a kernel: its folder minus `kernel.toml` and dot-files (editor leftovers),
-/// plus every file of its declared include folders. Sorted, without duplicates.
+/// file of a kernel: its `sources`, plus every file of its declared include folders
+/// minus dot-files (editor leftovers). Other files of the kernel's folder (its check
+/// program, benchmark, results) are not inputs; a compile that reads one is refused
+/// (`compile::check_dependencies`). Sorted, without duplicates.
 pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<String, String>> {
     let mut files = BTreeMap::new();
     let kernel_toml = kernel.dir.join(KERNEL_FILE);
-    for dir in std::iter::once(&kernel.dir).chain(&kernel.include) {
+    for path in &kernel.sources {
+        let name = path.to_string_lossy().replace('\\', "/");
+        files.insert(name, sha256_file(&root.join(path))?);
+    }
+    for dir in &kernel.include {
         let mut rel = Vec::new();
         collect_files(&root.join(dir), &root.join(dir), &mut rel)?;
         for r in rel {
@@ -63,8 +75,10 @@ pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<Strin
     Ok(files)
 }
 
-/// Every input of one artifact, in a fixed order.
+/// Every input of one artifact, in a fixed order. `root` (the project's absolute folder)
+/// is an input only of kernels compiled with line information.
 pub fn action_preimage(
+    root: &Path,
     toolchain: &Toolchain,
     kernel: &Kernel,
     config: &Config,
@@ -126,8 +140,25 @@ pub fn action_preimage(
     for (name, value) in kernel.derived_values(config).unwrap_or_default() {
         p.push(format!("derived {name}"), value.to_string());
     }
+    // The names that reach the source as -D macros (their values are above): a change
+    // of the rule that picks them changes the key, not silently the bytes.
+    let macros: Vec<String> = kernel
+        .macro_params(config)
+        .into_iter()
+        .map(|(name, _)| name)
+        .collect();
+    p.push("param macros passed", macros.join(" "));
     for dir in &kernel.include {
         p.push("include dir", dir.to_string_lossy().replace('\\', "/"));
+    }
+    // Line information names the folder nvcc ran in (cicc asks getcwd, and no flag
+    // overrides it), so such a cubin is the same only where the project lies at the
+    // same path.
+    if let Some(flag) = kernel.line_info_flag() {
+        p.push(
+            format!("compile folder ({flag} writes it into the cubin)"),
+            root.to_string_lossy().into_owned(),
+        );
     }
     // Toolkit components and header libraries, only when declared: projects without
     // them keep their keys. A library reaches only the kernels that list it.
@@ -266,6 +297,7 @@ mod tests {
         .into();
         let target = "sm_90".parse().unwrap();
         action_preimage(
+            Path::new("/project"),
             toolchain,
             kernel,
             config,
@@ -291,7 +323,7 @@ mod tests {
         let config = Config([("BLOCK".to_string(), ParamValue::Int(64))].into());
         assert_eq!(
             key_of(&toolchain, &kernel, &config),
-            "48cc656be770fa11b49d59c9fbb14ff664e6b60bf732278dfc3a8aaa27f65b04"
+            "5faf5f6f689e7ad7b6193151d483396b757f5511a51c5b0561569ac32049d2d1"
         );
     }
 

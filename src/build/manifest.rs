@@ -23,14 +23,35 @@ pub const PROJECT_FILE: &str = "kart.toml";
 /// A kernel manifest's file name.
 pub const KERNEL_FILE: &str = "kernel.toml";
 
-/// The value of a param or define: an integer or a C identifier.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// The value of a param or define: an integer or a C identifier. Read from any file
+/// (kernel.toml, the lock, entries, sidecars) it is checked to be one: the value
+/// reaches nvcc's command line, which nvcc hands to a shell.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(untagged)]
 pub enum ParamValue {
     /// `-DNAME=128`
     Int(i64),
     /// `-DNAME=half`
     Ident(String),
+}
+
+impl<'de> Deserialize<'de> for ParamValue {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(untagged)]
+        enum Raw {
+            Int(i64),
+            Text(String),
+        }
+        match Raw::deserialize(d)? {
+            Raw::Int(v) => Ok(ParamValue::Int(v)),
+            Raw::Text(s) if is_c_identifier(&s) => Ok(ParamValue::Ident(s)),
+            Raw::Text(s) => Err(serde::de::Error::custom(format!(
+                "value {} is neither an integer nor a C identifier",
+                crate::untrusted::quoted(&s)
+            ))),
+        }
+    }
 }
 
 impl fmt::Display for ParamValue {
@@ -55,10 +76,24 @@ impl ParamValue {
     }
 }
 
-/// One point of a kernel's param grid: param name → value, sorted by name.
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+/// One point of a kernel's param grid: param name → value, sorted by name. Read from a
+/// file, every name must be a C identifier (it becomes `-DNAME=…`).
+#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
 #[serde(transparent)]
 pub struct Config(pub BTreeMap<String, ParamValue>);
+
+impl<'de> Deserialize<'de> for Config {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        let map = BTreeMap::<String, ParamValue>::deserialize(d)?;
+        if let Some(bad) = map.keys().find(|k| !is_c_identifier(k)) {
+            return Err(serde::de::Error::custom(format!(
+                "param name {} is not a C identifier",
+                crate::untrusted::quoted(bad)
+            )));
+        }
+        Ok(Config(map))
+    }
+}
 
 impl fmt::Display for Config {
     /// `BLOCK_M=64,NUM_WARPS=4`; `-` for the empty config.
@@ -218,6 +253,17 @@ pub struct TuneSpec {
 }
 
 impl Kernel {
+    /// The flag that makes nvcc write line information (and with it the folder it ran
+    /// in) into the cubin, if the kernel's flags have one.
+    pub fn line_info_flag(&self) -> Option<&str> {
+        self.flags.iter().map(String::as_str).find(|f| {
+            matches!(
+                *f,
+                "-lineinfo" | "--generate-line-info" | "-G" | "--device-debug"
+            )
+        })
+    }
+
     /// Every config of the grid that `[[exclude]]` and `require` keep, in a stable
     /// order.
     pub fn configs(&self) -> Vec<Config> {
@@ -1434,12 +1480,7 @@ fn reserved_flag(flag: &str) -> Option<&'static str> {
     }
 }
 
-/// True for `[A-Za-z_][A-Za-z0-9_]*`.
-pub fn is_c_identifier(s: &str) -> bool {
-    let mut bytes = s.bytes();
-    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
-        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
-}
+pub use crate::untrusted::is_c_identifier;
 
 /// Reads a UTF-8 text file, naming it on failure.
 pub fn read_text(path: &Path) -> Result<String> {

@@ -130,6 +130,10 @@ pub struct BuildSummary {
     pub lock_changed: bool,
     /// Artifacts in the written lock, and in the project.
     pub lock_entries: (usize, usize),
+    /// Lock digests found equal to their key's action entry (`--locked`).
+    pub digests_matched: usize,
+    /// Lock digests with no action entry to compare with (`--locked`).
+    pub digests_unchecked: usize,
 }
 
 /// Runs `kart build` in `workspace`.
@@ -145,9 +149,11 @@ pub fn build(
         let whole = options.selection.kernels.is_empty()
             && options.selection.params.is_empty()
             && options.selection.targets.is_empty();
-        check_locked(ws, &selected, whole)?;
+        let digests = check_locked(ws, &selected, whole, options.remote.as_deref())?;
         return Ok(BuildSummary {
             selected: selected.len(),
+            digests_matched: digests.matched,
+            digests_unchecked: digests.unchecked,
             ..BuildSummary::default()
         });
     }
@@ -188,11 +194,20 @@ pub fn build(
     if let Some(remote) = &options.remote
         && !to_compile.is_empty()
     {
-        let keys: Vec<&str> = to_compile.iter().map(|p| p.key.as_str()).collect();
+        let wanted: Vec<crate::remote::transfer::Wanted<'_>> = to_compile
+            .iter()
+            .map(|p| crate::remote::transfer::Wanted {
+                key: &p.key,
+                kernel: &ws.project.kernels[p.kernel].name,
+                config: &p.config,
+                target: p.target.to_string(),
+                kind: p.kind,
+            })
+            .collect();
         pulled = crate::remote::transfer::pull_missing(
             ws,
             remote,
-            &keys,
+            &wanted,
             &old_lock,
             options.entries_only,
             &|message| reporter.note(message),
@@ -238,10 +253,21 @@ pub fn build(
             crate::remote::transfer::push_keys(ws, remote, &keys, &crate::remote::transfer::Quiet)?;
         summary.pushed = report.blobs_uploaded;
     }
+    let mut mismatches = Vec::new();
     if options.shard.is_none() {
-        let (lock, changed) = write_lock(ws, &planned, &pulled.entries, &old_lock, reporter)?;
+        let (lock, changed) = write_lock(
+            ws,
+            &planned,
+            &pulled.entries,
+            &old_lock,
+            &mut mismatches,
+            reporter,
+        )?;
         summary.lock_changed = changed;
         summary.lock_entries = (lock.artifacts.len(), planned.len());
+    }
+    if !mismatches.is_empty() {
+        return Err(digest_mismatch_error(&mismatches));
     }
     if !failures.is_empty() {
         return Err(Error::BuildFailed {
@@ -353,17 +379,40 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
     }
 }
 
+/// The error for lock records whose digest disagrees with their key's action entry.
+fn digest_mismatch_error(mismatches: &[crate::workspace::DigestMismatch]) -> Error {
+    let lines: Vec<String> = mismatches.iter().map(|m| format!("  {m}")).collect();
+    Error::CheckFailed {
+        message: format!(
+            "{} artifact(s) of kart.lock disagree with their action entries (kart.lock was left as it was for them):\n{}",
+            mismatches.len(),
+            lines.join("\n")
+        ),
+        hint: Some(
+            "the same key gave other bytes: the compile is not reproducible here, or the lock or \
+             the entry was altered. `kart explain KERNEL -p …` shows the key's inputs, `kart verify \
+             --rebuild N` recompiles and compares; if the lock is wrong, delete its record and run \
+             `kart build`"
+                .into(),
+        ),
+    }
+}
+
 /// Writes the lock for every planned artifact the store has (or the old lock already
-/// listed with the same key). Returns it and whether the file changed.
+/// listed with the same key). A record the old lock had for the same key is kept only
+/// while no action entry (the store's, or one taken from a trusted remote) names
+/// another digest for it; those that do are kept too, unchanged, and pushed to
+/// `mismatches`. Returns the lock and whether the file changed.
 fn write_lock(
     ws: &Workspace,
     planned: &[Planned],
     from_remote: &std::collections::HashMap<String, ActionEntry>,
     old: &Lockfile,
+    mismatches: &mut Vec<crate::workspace::DigestMismatch>,
     reporter: &dyn BuildReporter,
 ) -> Result<(Lockfile, bool)> {
     // A record of a lock in the current format with the same key and identity is kept
-    // as it is (the lock is the trust root), without reading its action entry.
+    // as it is (the lock is the trust root), once its entry, if any, agrees.
     let current: std::collections::HashMap<&str, &LockedArtifact> =
         if old.version == crate::store::lockfile::LOCK_VERSION {
             old.artifacts.iter().map(|a| (a.key.as_str(), a)).collect()
@@ -380,6 +429,25 @@ fn write_lock(
                 && a.kind == p.kind
         });
         if let Some(kept) = same {
+            let entry = ws
+                .stored_entry(&p.key, reporter)
+                .map(|e| (e, "the store".to_string()))
+                .or_else(|| {
+                    from_remote
+                        .get(&p.key)
+                        .map(|e| (e.clone(), "the trusted remote".to_string()))
+                });
+            if let Some((entry, from)) = entry
+                && entry.digest != kept.digest
+            {
+                mismatches.push(crate::workspace::DigestMismatch {
+                    artifact: kept.describe(),
+                    key: kept.key.clone(),
+                    lock_digest: kept.digest.clone(),
+                    entry_digest: entry.digest.clone(),
+                    entry_from: from,
+                });
+            }
             artifacts.push((*kept).clone());
         } else if let Some(entry) = ws.stored_entry(&p.key, reporter) {
             artifacts.push(locked_artifact(&ws.project, p, &entry));
@@ -421,8 +489,14 @@ fn write_lock(
     Ok((lock, changed))
 }
 
-/// `--locked`: every selected artifact's key must equal the lock's.
-fn check_locked(ws: &Workspace, selected: &[&Planned], whole: bool) -> Result<()> {
+/// `--locked`: every selected artifact's key must equal the lock's, and each digest the
+/// action entry of its key (where the store or a trusted remote has one).
+fn check_locked(
+    ws: &Workspace,
+    selected: &[&Planned],
+    whole: bool,
+    remote: Option<&crate::remote::Remote>,
+) -> Result<crate::workspace::DigestCheck> {
     let path = lock_path(&ws.project.root);
     let Some(lock) = Lockfile::read(&path, Path::new(LOCK_FILE))? else {
         return Err(Error::CheckFailed {
@@ -431,11 +505,13 @@ fn check_locked(ws: &Workspace, selected: &[&Planned], whole: bool) -> Result<()
         });
     };
     let mut problems = Vec::new();
+    let mut same_key = Vec::new();
     for p in selected {
         let name = p.describe(&ws.project);
         let kernel = &ws.project.kernels[p.kernel].name;
         match lock.find(kernel, &p.config, &p.target.to_string(), p.kind) {
             None => problems.push(format!("{name}: not in kart.lock")),
+            Some(locked) if locked.key == p.key => same_key.push(locked),
             Some(locked) if locked.key != p.key => {
                 problems.push(format!(
                     "{name}: key changed ({} -> {})",
@@ -480,13 +556,17 @@ fn check_locked(ws: &Workspace, selected: &[&Planned], whole: bool) -> Result<()
             ));
         }
     }
-    if problems.is_empty() {
-        return Ok(());
+    if !problems.is_empty() {
+        return Err(Error::CheckFailed {
+            message: format!("kart.lock is out of date:\n{}", problems.join("\n")),
+            hint: Some("run `kart build` and commit kart.lock".into()),
+        });
     }
-    Err(Error::CheckFailed {
-        message: format!("kart.lock is out of date:\n{}", problems.join("\n")),
-        hint: Some("run `kart build` and commit kart.lock".into()),
-    })
+    let digests = ws.check_lock_digests(&same_key, remote);
+    if !digests.mismatches.is_empty() {
+        return Err(digest_mismatch_error(&digests.mismatches));
+    }
+    Ok(digests)
 }
 
 /// Lines naming what changed between the inputs of `old_key` (if its action entry is in

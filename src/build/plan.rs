@@ -96,8 +96,15 @@ impl Workspace {
                         &[ArtifactKind::Cubin]
                     };
                     for &kind in kinds {
-                        let preimage =
-                            action_preimage(toolchain, kernel, &config, target, kind, &files);
+                        let preimage = action_preimage(
+                            &project.root,
+                            toolchain,
+                            kernel,
+                            &config,
+                            target,
+                            kind,
+                            &files,
+                        );
                         let key = action_key(&preimage);
                         let derived = kernel.derived_values(&config).unwrap_or_default();
                         planned.push(Planned {

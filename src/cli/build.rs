@@ -38,8 +38,12 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         }
         options.jobs = jobs;
     }
-    if !args.no_remote && !args.locked {
-        options.remote = open_remote(cli, ws, 16)?.map(std::sync::Arc::new);
+    if !args.no_remote {
+        options.remote = open_remote(cli, ws, 16)?
+            // `--locked` asks a remote only for entries to check digests against, and
+            // only a trusted remote's entries count.
+            .filter(|r| !args.locked || r.trusted)
+            .map(std::sync::Arc::new);
     }
     if options.remote.is_none() && (args.push || args.entries_only) {
         return Err(kart::remote::transfer::no_remote_error());
@@ -79,8 +83,14 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
     }
     if !cli.quiet {
         if args.locked {
+            let unchecked = match summary.digests_unchecked {
+                0 => String::new(),
+                n => format!(
+                    "; {n} digest(s) unchecked (no action entry in the store or on a trusted remote to compare with)"
+                ),
+            };
             eprintln!(
-                "kart.lock is up to date: {} artifacts checked in {secs:.3} s",
+                "kart.lock is up to date: {} artifacts checked in {secs:.3} s{unchecked}",
                 summary.selected
             );
         } else {
@@ -130,7 +140,7 @@ fn replay_warnings(
             if !warnings.is_empty() {
                 eprintln!("{} {}:", entry.kernel, entry.config);
                 for w in warnings {
-                    eprintln!("  {w}");
+                    eprintln!("  {}", kart::untrusted::for_terminal(w));
                 }
             }
         }

@@ -61,7 +61,15 @@ pub fn run(
     };
     let toolchain = ws.toolchain(cli.nvcc.as_deref())?;
     let files = kernel_input_files(&ws.project.root, kernel)?;
-    let preimage = action_preimage(&toolchain, kernel, &config, target, kind, &files);
+    let preimage = action_preimage(
+        &ws.project.root,
+        &toolchain,
+        kernel,
+        &config,
+        target,
+        kind,
+        &files,
+    );
     let key = action_key(&preimage);
     let lock = ws.lock()?;
     let (verdict, changes) = match lock.find(kernel_name, &config, &target.to_string(), kind) {

@@ -30,6 +30,8 @@ impl CliReporter {
         if self.quiet {
             return;
         }
+        let line = kart::untrusted::for_terminal(line);
+        let line = line.as_ref();
         match &self.bar {
             Some(bar) => bar.println(line),
             None => {
@@ -65,6 +67,7 @@ impl BuildReporter for CliReporter {
             Err(failure) => {
                 // Failures are shown in full as they happen, even with --quiet.
                 let msg = format!("error: {artifact}: {failure}");
+                let msg = kart::untrusted::for_terminal(&msg).into_owned();
                 match &self.bar {
                     Some(bar) => bar.println(msg),
                     None => eprintln!("{msg}"),

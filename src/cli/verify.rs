@@ -21,7 +21,9 @@ pub fn run(
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_nanos() as u64)
     });
-    let report = maintain::verify(ws, rebuild, seed, cli.nvcc.as_deref())?;
+    // Only a trusted remote's entries can vouch for (or contradict) a lock digest.
+    let remote = super::open_remote(cli, ws, 16)?.filter(|r| r.trusted);
+    let report = maintain::verify(ws, rebuild, seed, cli.nvcc.as_deref(), remote.as_ref())?;
     if json {
         print_json(&report);
     } else {
@@ -43,6 +45,16 @@ fn print_verify(report: &maintain::VerifyReport, rebuild: usize, seed: u64) {
         report.entries_corrupt.len(),
         report.missing.len()
     );
+    let d = &report.digests;
+    println!(
+        "{} lock digests match their action entries, {} differ, {} unchecked (no entry to compare with)",
+        d.matched,
+        d.mismatches.len(),
+        d.unchecked
+    );
+    for m in &d.mismatches {
+        println!("digest mismatch: {m}");
+    }
     for d in &report.blobs_corrupt {
         println!("corrupt blob {d} (quarantined)");
     }

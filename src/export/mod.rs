@@ -230,11 +230,13 @@ pub fn python_module(
 ) -> Result<String> {
     let mut kernels: Vec<&str> = artifacts.iter().map(|a| a.kernel.as_str()).collect();
     kernels.dedup();
+    // Data reaches the module only as JSON literals (also Python literals), never
+    // spliced into code or the docstring: the kernel names (C identifiers, checked
+    // when the lock was read) are listed in KERNELS and the command in EXPORTED_BY.
     let mut out = format!(
-        r#""""CUDA kernels exported by kart {version}: {kernels}.
+        r#""""CUDA kernels exported by kart {version} (KERNELS lists them).
 
-Generated from kart.lock (sha256 {lock_sha256}) by
-    {command}
+Generated from kart.lock (LOCK_SHA256) by the command in EXPORTED_BY.
 Do not edit; export again instead.
 
     import <this module> as kernels
@@ -248,12 +250,14 @@ the driver sees it, then loaded once per CUDA context.
 """
 "#,
         version = env!("CARGO_PKG_VERSION"),
-        kernels = kernels.join(", "),
     );
     out.push_str(LOADER);
     out.push_str(&format!(
-        "\nKART_VERSION = \"{}\"\nLOCK_SHA256 = \"{lock_sha256}\"\n\n_ARTIFACTS = [\n",
-        env!("CARGO_PKG_VERSION")
+        "\nKART_VERSION = {}\nLOCK_SHA256 = {}\nKERNELS = {}\nEXPORTED_BY = {}\n\n_ARTIFACTS = [\n",
+        json!(env!("CARGO_PKG_VERSION")),
+        json!(lock_sha256),
+        json!(kernels),
+        json!(command),
     ));
     let mut blobs: BTreeMap<&str, String> = BTreeMap::new();
     for a in artifacts {
@@ -316,7 +320,7 @@ the driver sees it, then loaded once per CUDA context.
             .find(|k| k.name == *name)
             .and_then(|k| k.launch.as_ref())
         {
-            out.push_str(&format!("    \"{name}\": {},\n", json!(launch.text())));
+            out.push_str(&format!("    {}: {},\n", json!(name), json!(launch.text())));
         }
     }
     out.push_str("}\n\n");
@@ -337,7 +341,7 @@ the driver sees it, then loaded once per CUDA context.
         if let Some(v) = &kernel.variant_of {
             record["variant_of"] = json!(v.base);
         }
-        out.push_str(&format!("    \"{name}\": {record},\n"));
+        out.push_str(&format!("    {}: {record},\n", json!(name)));
     }
     out.push_str("}\n\n# Tuning records (kart.tune) of the exported cubins.\n_TUNING = [\n");
     for r in &tune.records {
@@ -360,7 +364,7 @@ the driver sees it, then loaded once per CUDA context.
     }
     out.push_str("]\n\n# sha256 -> the cubin, zlib-compressed, base64.\n_BLOBS = {\n");
     for (digest, text) in blobs {
-        out.push_str(&format!("    \"{digest}\": (\n"));
+        out.push_str(&format!("    {}: (\n", json!(digest)));
         for chunk in text.as_bytes().chunks(88) {
             // base64 is ASCII, so any chunk is valid UTF-8.
             out.push_str(&format!("        \"{}\"\n", String::from_utf8_lossy(chunk)));

@@ -314,6 +314,44 @@ pub struct Pulled {
     pub blobs: usize,
 }
 
+/// An artifact the build wants: its key and what the entry behind it must describe.
+#[derive(Clone, Debug)]
+pub struct Wanted<'a> {
+    /// The action key.
+    pub key: &'a str,
+    /// The kernel's name.
+    pub kernel: &'a str,
+    /// The config.
+    pub config: &'a crate::build::manifest::Config,
+    /// The target, as the lock writes it.
+    pub target: String,
+    /// cubin or PTX.
+    pub kind: crate::build::key::ArtifactKind,
+}
+
+impl Wanted<'_> {
+    /// Why `entry` is not this artifact's, if it is not.
+    fn mismatch(&self, entry: &ActionEntry) -> Option<String> {
+        let same = entry.kernel == self.kernel
+            && entry.config == *self.config
+            && entry.target == self.target
+            && entry.kind == self.kind;
+        (!same).then(|| {
+            format!(
+                "the remote's action entry for key {} describes {}, not {}; ignored",
+                &self.key[..12.min(self.key.len())],
+                crate::store::lockfile::describe(
+                    &entry.kernel,
+                    &entry.config,
+                    &entry.target,
+                    entry.kind
+                ),
+                crate::store::lockfile::describe(self.kernel, self.config, &self.target, self.kind),
+            )
+        })
+    }
+}
+
 /// Before compiling: asks the remote for each missing artifact. A trusted remote's
 /// action entry (validated) stands in for compiling, and its blob is downloaded and
 /// checked unless `entries_only`; from an untrusted remote only blobs whose digest
@@ -322,7 +360,7 @@ pub struct Pulled {
 pub fn pull_missing(
     ws: &Workspace,
     remote: &Remote,
-    missing: &[&str],
+    missing: &[Wanted<'_>],
     lock: &Lockfile,
     entries_only: bool,
     note: &(dyn Fn(&str) + Sync),
@@ -352,15 +390,24 @@ pub fn pull_missing(
     let found = parallel_map(
         missing,
         remote.jobs,
-        |&key| -> Option<(String, ActionEntry)> {
+        |wanted| -> Option<(String, ActionEntry)> {
             if gone.load(Ordering::Relaxed) {
                 return None;
             }
+            let key = wanted.key;
             let result = (|| -> Result<Option<ActionEntry>> {
                 if remote.trusted {
                     let Some(entry) = remote.get_entry(key)? else {
                         return Ok(None);
                     };
+                    // The entry must be exactly the planned artifact: a key field that
+                    // matches is not enough to take another config's blob.
+                    if let Some(why) = wanted.mismatch(&entry) {
+                        if warned.fetch_add(1, Ordering::Relaxed) < 10 {
+                            note(&format!("warning: {why}"));
+                        }
+                        return Ok(None);
+                    }
                     if !entries_only && !ws.store.has_blob(&entry.digest) {
                         let Some(blob) = remote.get_blob(&entry.digest, Some(entry.size))? else {
                             return Ok(None);

@@ -45,6 +45,30 @@ pub struct EntryInfo {
 }
 
 impl EntryInfo {
+    /// Checks what a lock or action entry says of an entry point: the name is a C
+    /// identifier, the symbol mangled, the template and instance expressions, and the
+    /// parameter list of a plausible length (the driver allows 32 KiB of parameters).
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        use crate::untrusted::{expression, identifier, symbol};
+        identifier("entry", &self.name)?;
+        if let Some(s) = &self.symbol {
+            symbol("symbol", s)?;
+        }
+        if let Some(t) = &self.template {
+            expression("template", t)?;
+        }
+        if let Some(i) = &self.instance {
+            expression("instance", i)?;
+        }
+        if self.params.len() > 32 * 1024 || self.params.iter().any(|&p| p > 32 * 1024) {
+            return Err(format!(
+                "entry `{}`: implausible parameter sizes",
+                self.name
+            ));
+        }
+        Ok(())
+    }
+
     /// The symbol to look up in the image.
     pub fn symbol(&self) -> &str {
         self.symbol.as_deref().unwrap_or(&self.name)

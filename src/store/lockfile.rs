@@ -67,6 +67,31 @@ pub struct LockedKernel {
 }
 
 impl LockedArtifact {
+    /// Checks every field beyond its type (what `Lockfile::parse` and a built record
+    /// share): names are C identifiers, key and digest hex, the target known, the size
+    /// within what kart reads, each entry well-formed.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        crate::untrusted::identifier("kernel", &self.kernel)?;
+        if !is_sha256_hex(&self.digest) || !is_sha256_hex(&self.key) {
+            return Err("key and digest must be 64 lower-case hex digits".into());
+        }
+        self.target.parse::<TargetArch>().map_err(|e| e.0)?;
+        if self.size > crate::store::MAX_BLOB_BYTES {
+            return Err(format!("size {} is more than kart reads", self.size));
+        }
+        crate::untrusted::release("nvcc", &self.nvcc)?;
+        if self.entries.is_empty() {
+            return Err("no entries".into());
+        }
+        for e in &self.entries {
+            e.validate()?;
+        }
+        for name in self.derived.keys() {
+            crate::untrusted::identifier("derived param", name)?;
+        }
+        Ok(())
+    }
+
     /// The sort key and identity of an artifact: (kernel, config, target, kind).
     pub fn id(&self) -> (&str, &Config, &str, ArtifactKind) {
         (&self.kernel, &self.config, &self.target, self.kind)
@@ -187,26 +212,14 @@ impl Lockfile {
             ));
         }
         for (i, a) in lock.artifacts.iter().enumerate() {
-            if !is_sha256_hex(&a.digest) || !is_sha256_hex(&a.key) {
-                return Err(bad(
-                    i,
-                    format!(
-                        "{}: key and digest must be 64 lower-case hex digits",
-                        a.describe()
-                    ),
-                ));
-            }
-            if let Err(e) = a.target.parse::<TargetArch>() {
-                return Err(bad(i, e.0));
-            }
-            if a.size > crate::store::MAX_BLOB_BYTES {
-                return Err(bad(
-                    i,
-                    format!("{}: size {} is more than kart reads", a.describe(), a.size),
-                ));
-            }
-            if a.entries.is_empty() {
-                return Err(bad(i, format!("{}: no entries", a.describe())));
+            if let Err(why) = a.validate() {
+                // The kernel's name is shown only once it is known to be safe to print.
+                let who = if crate::untrusted::is_c_identifier(&a.kernel) {
+                    a.describe()
+                } else {
+                    format!("artifact {}", i + 1)
+                };
+                return Err(bad(i, format!("{who}: {why}")));
             }
             if !a.derived.is_empty() && lock.version < 2 {
                 return Err(bad(
@@ -222,6 +235,16 @@ impl Lockfile {
             }
         }
         for k in &lock.kernels {
+            if !crate::untrusted::is_c_identifier(&k.name) {
+                return Err(file.error(
+                    0..0,
+                    format!(
+                        "[[kernel]] name {} is not a C identifier",
+                        crate::untrusted::quoted(&k.name)
+                    ),
+                    "regenerate the lock with `kart build`",
+                ));
+            }
             if let Err(e) = crate::build::grid::LaunchSpec::from_text(&k.launch) {
                 let offset = text.find(&format!("name = \"{}\"", k.name)).unwrap_or(0);
                 return Err(file.error(

@@ -30,6 +30,8 @@ pub struct VerifyReport {
     pub rebuild_mismatches: Vec<(String, String, String)>,
     /// Artifacts rebuilt.
     pub rebuilt: usize,
+    /// The lock's digests against the action entries of their keys.
+    pub digests: crate::workspace::DigestCheck,
 }
 
 impl VerifyReport {
@@ -39,16 +41,20 @@ impl VerifyReport {
         self.blobs_corrupt.is_empty()
             && self.entries_corrupt.is_empty()
             && self.rebuild_mismatches.is_empty()
+            && self.digests.mismatches.is_empty()
     }
 }
 
-/// Re-hashes every blob and re-reads every entry; with `rebuild > 0`, recompiles that
-/// many artifacts of the lock (sampled with `seed`) and compares digests.
+/// Re-hashes every blob and re-reads every entry, compares each lock digest with the
+/// action entry of its key (the store's, else a trusted `remote`'s); with
+/// `rebuild > 0`, recompiles that many artifacts of the lock (sampled with `seed`) and
+/// compares digests.
 pub fn verify(
     ws: &Workspace,
     rebuild: usize,
     seed: u64,
     nvcc: Option<&std::path::Path>,
+    remote: Option<&crate::remote::Remote>,
 ) -> Result<VerifyReport> {
     let mut report = VerifyReport::default();
     for digest in ws.store.blob_digests()? {
@@ -71,6 +77,8 @@ pub fn verify(
             report.missing.push(a.digest.clone());
         }
     }
+    let all: Vec<&LockedArtifact> = lock.artifacts.iter().collect();
+    report.digests = ws.check_lock_digests(&all, remote);
     if rebuild > 0 && !lock.artifacts.is_empty() {
         let toolchain = ws.toolchain(nvcc)?;
         for a in sample(&lock.artifacts, rebuild, seed) {

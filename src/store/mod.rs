@@ -130,6 +130,21 @@ impl ActionEntry {
         if !is_sha256_hex(&self.key) || !is_sha256_hex(&self.digest) {
             return Err("key or digest is not 64 lower-case hex digits".into());
         }
+        crate::untrusted::identifier("kernel", &self.kernel)?;
+        self.target
+            .parse::<crate::target::TargetArch>()
+            .map_err(|e| e.0)?;
+        if self.size > MAX_BLOB_BYTES {
+            return Err(format!("size {} is more than kart reads", self.size));
+        }
+        crate::untrusted::release("nvcc release", &self.nvcc_release)?;
+        crate::untrusted::label("host compiler", &self.host_compiler)?;
+        if self.entries.is_empty() {
+            return Err("no entries".into());
+        }
+        for e in &self.entries {
+            e.validate()?;
+        }
         Ok(())
     }
 }

@@ -1,0 +1,142 @@
+//! Checks for what kart reads from files it did not just write itself: `kart.lock`,
+//! action entries (local or a remote's), `kart.tune`, `kart.attest`. Any of them may have
+//! been edited by hand, merged badly or forged, and their strings end up in nvcc's
+//! command line (which nvcc hands to `sh`), in generated Python and on a terminal. So
+//! every name is held to the shape kart itself writes, and text shown to a person is
+//! stripped of control characters first.
+
+use std::borrow::Cow;
+
+/// Longest free-text label kart accepts (a GPU's name, a host compiler's version).
+const MAX_LABEL: usize = 256;
+/// Longest symbol or template expression kart accepts.
+const MAX_SYMBOL: usize = 4096;
+
+/// True for `[A-Za-z_][A-Za-z0-9_]*`: kernel, param, derived-param and entry names.
+pub fn is_c_identifier(s: &str) -> bool {
+    let mut bytes = s.bytes();
+    matches!(bytes.next(), Some(b) if b.is_ascii_alphabetic() || b == b'_')
+        && bytes.all(|b| b.is_ascii_alphanumeric() || b == b'_')
+}
+
+/// `what` must be a C identifier.
+pub fn identifier(what: &str, s: &str) -> Result<(), String> {
+    if is_c_identifier(s) {
+        Ok(())
+    } else {
+        Err(format!("{what} {} is not a C identifier", quoted(s)))
+    }
+}
+
+/// A mangled (Itanium) symbol: letters, digits, `_`, `$` and `.`.
+pub fn symbol(what: &str, s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= MAX_SYMBOL
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'$' | b'.'));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what} {} is not a mangled symbol", quoted(s)))
+    }
+}
+
+/// A template expression as kernel.toml writes it (`gemm<BM, 128, float>`): names,
+/// numbers, operators, brackets, commas, colons and spaces; no quotes, backslashes or
+/// control characters.
+pub fn expression(what: &str, s: &str) -> Result<(), String> {
+    let ok = !s.is_empty()
+        && s.len() <= MAX_SYMBOL
+        && s.bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b" _,<>()[]+-*/%:.&|!=~^?".contains(&b));
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what} {} is not a template expression", quoted(s)))
+    }
+}
+
+/// A release number such as `13.0.88`.
+pub fn release(what: &str, s: &str) -> Result<(), String> {
+    let ok = !s.is_empty() && s.len() <= 32 && s.bytes().all(|b| b.is_ascii_digit() || b == b'.');
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("{what} {} is not a release number", quoted(s)))
+    }
+}
+
+/// Free text shown to people (a GPU's name): printable, no control characters, short.
+pub fn label(what: &str, s: &str) -> Result<(), String> {
+    if s.len() <= MAX_LABEL && !s.chars().any(char::is_control) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {} has control characters or is over {MAX_LABEL} bytes",
+            quoted(s)
+        ))
+    }
+}
+
+/// `s` quoted for a message: at most 80 characters, control characters escaped.
+pub fn quoted(s: &str) -> String {
+    let mut out = String::from("`");
+    for (i, c) in s.chars().enumerate() {
+        if i == 80 {
+            out.push('…');
+            break;
+        }
+        if c.is_control() {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('`');
+    out
+}
+
+/// Text for a terminal: every control character except newline and tab replaced by its
+/// escape (`\u{1b}`), so replayed compiler output or a hostile name cannot move the
+/// cursor, rewrite earlier lines or set the window title.
+pub fn for_terminal(s: &str) -> Cow<'_, str> {
+    if !s.chars().any(|c| c.is_control() && c != '\n' && c != '\t') {
+        return Cow::Borrowed(s);
+    }
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        if c.is_control() && c != '\n' && c != '\t' {
+            out.extend(c.escape_default());
+        } else {
+            out.push(c);
+        }
+    }
+    Cow::Owned(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_held_to_kart_shapes() {
+        assert!(identifier("kernel", "flash_attn").is_ok());
+        assert!(identifier("kernel", "a\"\"\"b").is_err());
+        assert!(identifier("param", "").is_err());
+        assert!(symbol("symbol", "_Z9cute_gemmILi128EEv").is_ok());
+        assert!(symbol("symbol", "x$(id)").is_err());
+        assert!(expression("template", "gemm<BM, BN, 64 / 2>").is_ok());
+        assert!(expression("template", "gemm<\"x\">").is_err());
+        assert!(release("nvcc", "13.0.88").is_ok());
+        assert!(release("nvcc", "13.0\n").is_err());
+        assert!(label("gpu", "NVIDIA H200").is_ok());
+        assert!(label("gpu", "H200\u{1b}]0;pwned\u{7}").is_err());
+    }
+
+    #[test]
+    fn terminal_text_has_no_escape_sequences() {
+        assert_eq!(for_terminal("ok\n\tline"), "ok\n\tline");
+        assert_eq!(for_terminal("a\u{1b}[2Jb\r"), "a\\u{1b}[2Jb\\r");
+        assert_eq!(quoted("x\u{7}y"), "`x\\u{7}y`");
+    }
+}

@@ -187,6 +187,20 @@ impl Error {
         }
     }
 
+    /// The same error with another hint, where the kind carries one.
+    pub fn with_hint(mut self, new: impl Into<String>) -> Self {
+        match &mut self {
+            Error::InvalidFile { hint, .. }
+            | Error::Usage { hint, .. }
+            | Error::Environment { hint, .. }
+            | Error::CheckFailed { hint, .. }
+            | Error::NotLoadable { hint, .. }
+            | Error::Remote { hint, .. } => *hint = Some(new.into()),
+            _ => {}
+        }
+        self
+    }
+
     /// Shorthand for a usage error.
     pub fn usage(message: impl Into<String>, hint: Option<String>) -> Self {
         Error::Usage {

@@ -21,7 +21,7 @@ pub struct Workspace {
 impl Workspace {
     /// Opens the store of `project`.
     pub fn open(project: Project, mode: LockMode, lock_timeout: Duration) -> Result<Workspace> {
-        let store = Store::open(&project.store_dir, mode, lock_timeout)?;
+        let store = Store::open_sweeping(&project.store_dir, mode, lock_timeout, &[&project.root])?;
         Ok(Workspace { project, store })
     }
 

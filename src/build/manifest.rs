@@ -136,6 +136,11 @@ pub struct RemoteConfig {
     pub stall_timeout: Option<std::time::Duration>,
     /// How long one request keeps retrying failures worth retrying (`give_up_after`).
     pub give_up_after: Option<std::time::Duration>,
+    /// The slowest transfer rate a request's total deadline allows, bytes per second
+    /// (`min_rate`, written in KiB/s).
+    pub min_rate: Option<u64>,
+    /// The most time one run spends on the remote (`budget`).
+    pub budget: Option<std::time::Duration>,
 }
 
 /// Which params reach the source as `-D NAME=VALUE` macros (`param_macros` in
@@ -342,14 +347,25 @@ impl Project {
             Some(k) => file.inside_root(&root, &root, k, "kernels folder")?,
             None => PathBuf::from("kernels"),
         };
+        // The store stays inside the project unless kart.toml says otherwise in so many
+        // words: a cloned project must not choose a folder elsewhere on the machine for
+        // kart to write into.
         let store_dir = match &raw.project.store {
-            Some(s) => {
+            Some(s) if raw.project.store_outside_project => {
                 let p = Path::new(s.get_ref());
                 if p.is_absolute() {
                     p.to_path_buf()
                 } else {
                     root.join(p)
                 }
+            }
+            Some(s) => {
+                let inside = file.inside_root(&root, &root, s, "store").map_err(|e| {
+                    e.with_hint(
+                        "keep the store inside the project, or add `store_outside_project = true` to [project] to mean it",
+                    )
+                })?;
+                root.join(inside)
             }
             None => root.join("artifacts"),
         };
@@ -383,6 +399,20 @@ impl Project {
                     first_byte_timeout: seconds(&r.first_byte_timeout, "first_byte_timeout")?,
                     stall_timeout: seconds(&r.stall_timeout, "stall_timeout")?,
                     give_up_after: seconds(&r.give_up_after, "give_up_after")?,
+                    budget: seconds(&r.budget, "budget")?,
+                    min_rate: match &r.min_rate {
+                        None => None,
+                        Some(v) if *v.get_ref() >= 1.0 && *v.get_ref() <= 1e7 => {
+                            Some((*v.get_ref() * 1024.0) as u64)
+                        }
+                        Some(v) => {
+                            return Err(file.error(
+                                v.span(),
+                                "`min_rate` must be KiB per second, from 1 to 10000000",
+                                "for example `min_rate = 1024` (1 MiB/s)",
+                            ));
+                        }
+                    },
                     url: r.url,
                     trusted: r.trusted,
                     read_only: r.read_only,
@@ -1670,6 +1700,8 @@ struct RawProject {
 struct RawProjectSection {
     kernels: Option<Spanned<String>>,
     store: Option<Spanned<String>>,
+    #[serde(default)]
+    store_outside_project: bool,
     targets: Spanned<Vec<Spanned<String>>>,
 }
 
@@ -1702,6 +1734,8 @@ struct RawRemote {
     first_byte_timeout: Option<Spanned<f64>>,
     stall_timeout: Option<Spanned<f64>>,
     give_up_after: Option<Spanned<f64>>,
+    min_rate: Option<Spanned<f64>>,
+    budget: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]

@@ -9,8 +9,8 @@ use kart::workspace::Workspace;
 use super::print_json;
 
 /// `kart gc`.
-pub fn run(ws: &Workspace, dry_run: bool, json: bool) -> Result<ExitCode> {
-    let report = maintain::gc(ws, dry_run)?;
+pub fn run(ws: &Workspace, dry_run: bool, all_unreferenced: bool, json: bool) -> Result<ExitCode> {
+    let report = maintain::gc(ws, dry_run, all_unreferenced)?;
     if json {
         print_json(&report);
         return Ok(ExitCode::SUCCESS);

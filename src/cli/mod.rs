@@ -102,8 +102,9 @@ pub enum Command {
     },
     /// Re-hash every blob and entry of the store; quarantine corrupt ones (exit 1).
     Verify {
-        /// Also recompile N artifacts of the lock, sampled, and compare digests.
-        #[arg(long, value_name = "N", default_value_t = 0)]
+        /// Also recompile N artifacts of the lock (`all` for every one), sampled, in
+        /// parallel, and compare digests: an independent rebuild on another machine.
+        #[arg(long, value_name = "N|all", default_value = "0", value_parser = parse_rebuild)]
         rebuild: usize,
         /// Seed of the sample (default: the clock).
         #[arg(long)]
@@ -230,6 +231,10 @@ pub enum Command {
         /// Only say what would be removed.
         #[arg(long)]
         dry_run: bool,
+        /// Run even without a kart.lock, which then names nothing: everything in the
+        /// store goes.
+        #[arg(long)]
+        all_unreferenced: bool,
         /// The report as JSON on stdout.
         #[arg(long)]
         json: bool,
@@ -370,8 +375,22 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
             all_configs,
         } => export::run(cli, &ws, selectors, output, targets, *all_configs),
         Command::Tune { kernels, run, json } => tune::run(&ws, kernels, *run, *json),
-        Command::Gc { dry_run, json } => gc::run(&ws, *dry_run, *json),
+        Command::Gc {
+            dry_run,
+            json,
+            all_unreferenced,
+        } => gc::run(&ws, *dry_run, *all_unreferenced, *json),
         Command::AttestWorker { .. } | Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+/// `--rebuild N` or `--rebuild all`.
+fn parse_rebuild(text: &str) -> std::result::Result<usize, String> {
+    match text {
+        "all" => Ok(usize::MAX),
+        n => n
+            .parse()
+            .map_err(|_| format!("`{n}` is neither a count nor `all`")),
     }
 }
 
@@ -398,6 +417,24 @@ fn open_remote(cli: &Cli, ws: &Workspace, jobs: usize) -> Result<Option<kart::re
     t.connect = cli.connect_timeout.unwrap_or(t.connect);
     t.first_byte = cli.first_byte_timeout.unwrap_or(t.first_byte);
     t.stall = cli.stall_timeout.unwrap_or(t.stall);
-    let token = std::env::var(kart::remote::TOKEN_ENV).ok();
+    let token = std::env::var(kart::remote::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .filter(|_| {
+            let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
+            match kart::remote::token_allowed(
+                &settings.url,
+                cli.remote.as_deref(),
+                token_url.as_deref(),
+            ) {
+                Ok(()) => true,
+                Err(why) => {
+                    if !cli.quiet {
+                        eprintln!("warning: {why}");
+                    }
+                    false
+                }
+            }
+        });
     kart::remote::Remote::open(&settings, token).map(Some)
 }

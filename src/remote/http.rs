@@ -21,6 +21,20 @@ pub struct Timeouts {
     pub first_byte: Duration,
     /// A transfer that moves less than [`MIN_PROGRESS_BYTES`] in this long is stalled.
     pub stall: Duration,
+    /// The slowest rate worth waiting for, bytes per second: a request's total deadline
+    /// is `first_byte` and one `stall` period plus its size at this rate, so a server
+    /// that keeps a transfer barely alive (a kilobyte a second, never a stall) is given
+    /// up all the same, while a transfer that stops is still named a stall.
+    pub min_rate: u64,
+}
+
+impl Timeouts {
+    /// The whole request's deadline for `bytes` to move.
+    pub fn deadline(&self, bytes: u64) -> Duration {
+        self.first_byte
+            + self.stall
+            + Duration::from_secs_f64(bytes as f64 / self.min_rate.max(1) as f64)
+    }
 }
 
 impl Default for Timeouts {
@@ -32,6 +46,7 @@ impl Default for Timeouts {
             connect: Duration::from_secs(3),
             first_byte: Duration::from_secs(5),
             stall: Duration::from_secs(5),
+            min_rate: 1 << 20,
         }
     }
 }
@@ -99,9 +114,27 @@ impl Http {
         self.token.is_some()
     }
 
-    /// One attempt, blocking the calling thread.
-    pub(super) fn attempt(&self, method: &reqwest::Method, parts: &RequestParts<'_>) -> Attempt {
-        self.runtime.block_on(self.attempt_async(method, parts))
+    /// One attempt, blocking the calling thread, under the request's total deadline
+    /// (its size at the slowest rate worth waiting for, or `cap` if that is sooner).
+    pub(super) fn attempt(
+        &self,
+        method: &reqwest::Method,
+        parts: &RequestParts<'_>,
+        cap: Duration,
+    ) -> Attempt {
+        let bytes = parts.body.map_or(parts.limit, |b| b.len() as u64);
+        let deadline = self.timeouts.deadline(bytes).min(cap);
+        self.runtime.block_on(async {
+            match tokio::time::timeout(deadline, self.attempt_async(method, parts)).await {
+                Ok(attempt) => attempt,
+                Err(_) => Attempt::TimedOut(format!(
+                    "the whole request took over {:.1} s (its deadline: the first-byte and stall clocks, then {} bytes at {} KiB/s; or the run's remote budget)",
+                    deadline.as_secs_f64(),
+                    bytes,
+                    self.timeouts.min_rate / 1024
+                )),
+            }
+        })
     }
 
     async fn attempt_async(&self, method: &reqwest::Method, parts: &RequestParts<'_>) -> Attempt {

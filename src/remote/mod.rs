@@ -39,6 +39,67 @@ pub const REMOTE_ENV: &str = "KART_REMOTE";
 /// The environment variable holding the bearer token.
 pub const TOKEN_ENV: &str = "KART_REMOTE_TOKEN";
 
+/// Names the one remote URL `KART_REMOTE_TOKEN` is for, when that URL is kart.toml's
+/// rather than one given with the token through `--remote` or `KART_REMOTE`.
+pub const TOKEN_URL_ENV: &str = "KART_REMOTE_TOKEN_URL";
+
+/// Whether the token may go to `url`, and if not, why (for a warning). The token was
+/// handed to kart for one server: it goes to the URL given with it (`given`: from
+/// `--remote` or `KART_REMOTE`) or the one `KART_REMOTE_TOKEN_URL` names, never to a
+/// URL that only a project's kart.toml names (a cloned repository chooses that), and
+/// never in clear text (plain `http`) except to this machine.
+pub fn token_allowed(
+    url: &str,
+    given: Option<&str>,
+    token_url: Option<&str>,
+) -> Result<(), String> {
+    let same = |other: &str| other.trim_end_matches('/') == url.trim_end_matches('/');
+    if !given.is_some_and(same) && !token_url.is_some_and(same) {
+        return Err(format!(
+            "{TOKEN_ENV} is not sent to {}: that URL comes from kart.toml, and the token is only \
+             for the URL given with it (--remote, {REMOTE_ENV}) or named by {TOKEN_URL_ENV}",
+            strip_credentials(url)
+        ));
+    }
+    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
+    let host = parsed.host_str().unwrap_or("");
+    let host = host.trim_start_matches('[').trim_end_matches(']');
+    let loopback = host.eq_ignore_ascii_case("localhost")
+        || host
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback());
+    if parsed.scheme() == "http" && !loopback {
+        return Err(format!(
+            "{TOKEN_ENV} is not sent to {}: plain http would show it to the network; use https",
+            strip_credentials(url)
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod token_tests {
+    use super::token_allowed;
+
+    #[test]
+    fn the_token_goes_only_where_it_was_given() {
+        let local = "http://127.0.0.1:9/kart";
+        assert!(token_allowed(local, Some(local), None).is_ok());
+        assert!(token_allowed(local, Some("http://127.0.0.1:9/kart/"), None).is_ok());
+        // Only kart.toml names it: not sent, unless KART_REMOTE_TOKEN_URL does.
+        assert!(token_allowed(local, None, None).is_err());
+        assert!(token_allowed(local, None, Some(local)).is_ok());
+        assert!(token_allowed(local, Some("http://127.0.0.1:10/kart"), None).is_err());
+        // Clear text only to this machine.
+        let far = "http://cache.example:8080/kart";
+        assert!(token_allowed(far, Some(far), None).is_err());
+        let tls = "https://cache.example/kart";
+        assert!(token_allowed(tls, Some(tls), None).is_ok());
+        assert!(token_allowed("http://[::1]:9/k", Some("http://[::1]:9/k"), None).is_ok());
+        assert!(token_allowed("http://localhost:9/k", Some("http://localhost:9/k"), None).is_ok());
+    }
+}
+
 /// Action entries carry nvcc's stderr and the key's preimage, but never this much.
 const MAX_ENTRY_BYTES: u64 = 8 << 20;
 
@@ -64,6 +125,9 @@ pub struct RemoteSettings {
     pub give_up_after: Duration,
     /// Parallel transfers (also the connection pool's size).
     pub jobs: usize,
+    /// The most time one run spends on this remote: past it, the remote is given up
+    /// like one that timed out.
+    pub budget: Duration,
 }
 
 impl RemoteSettings {
@@ -78,6 +142,7 @@ impl RemoteSettings {
             retries: 5,
             give_up_after: Duration::from_secs(30),
             jobs: 16,
+            budget: Duration::from_secs(600),
         }
     }
 }
@@ -101,6 +166,8 @@ pub struct Remote {
     give_up_after: Duration,
     backend: Backend,
     breaker: Breaker,
+    opened: Instant,
+    budget: Duration,
 }
 
 /// Trips on the first timeout of a run; every later request then fails at once.
@@ -176,6 +243,8 @@ impl Remote {
             give_up_after: settings.give_up_after,
             backend,
             breaker: Breaker::default(),
+            opened: Instant::now(),
+            budget: settings.budget,
         })
     }
 
@@ -358,7 +427,18 @@ impl Remote {
                     "not asked: the remote was given up for this run ({why})"
                 )));
             }
-            match http.attempt(&method, &parts) {
+            let left = self.budget.saturating_sub(self.opened.elapsed());
+            if left.is_zero() {
+                let why = format!(
+                    "the run's remote budget of {} s is spent",
+                    http::secs(self.budget)
+                );
+                self.breaker.trip(&why);
+                return Err(unreachable(format!(
+                    "{method} not sent: {why}; kart stops waiting on this remote for the rest of this run"
+                )));
+            }
+            match http.attempt(&method, &parts, left) {
                 Attempt::Done(result) => return Ok(result),
                 Attempt::Fail(e) => return Err(e),
                 Attempt::TimedOut(why) => {

@@ -49,6 +49,8 @@ pub fn remote_settings(project: &Project, url: Option<&str>) -> Option<RemoteSet
         t.first_byte = c.first_byte_timeout.unwrap_or(t.first_byte);
         t.stall = c.stall_timeout.unwrap_or(t.stall);
         settings.give_up_after = c.give_up_after.unwrap_or(settings.give_up_after);
+        t.min_rate = c.min_rate.unwrap_or(t.min_rate);
+        settings.budget = c.budget.unwrap_or(settings.budget);
     }
     if let Some(c) = configured
         && c.url.trim_end_matches('/') == url.trim_end_matches('/')

@@ -122,6 +122,20 @@ pub fn sweep_temp_files(dir: &Path) -> usize {
     removed
 }
 
+/// Removes kart temp files directly in `dir` (not below it): a killed atomic write of
+/// `kart.lock` or a sidecar leaves one in the project root.
+pub fn sweep_temp_files_shallow(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().starts_with(TEMP_PREFIX))
+        .filter(|e| e.file_type().is_ok_and(|t| t.is_file()))
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -81,36 +81,58 @@ pub fn verify(
     report.digests = ws.check_lock_digests(&all, remote);
     if rebuild > 0 && !lock.artifacts.is_empty() {
         let toolchain = ws.toolchain(nvcc)?;
-        for a in sample(&lock.artifacts, rebuild, seed) {
-            let kernel = ws.project.kernel(&a.kernel)?;
-            let target = a
-                .target
-                .parse()
-                .map_err(|e: crate::target::BadTarget| Error::usage(e.0, None))?;
-            let scratch = ws.store.scratch_dir()?;
-            let job = CompileJob {
-                root: &ws.project.root,
-                toolchain: &toolchain,
-                kernel,
-                config: &a.config,
-                target,
-                kind: a.kind,
-                timeout: Duration::from_secs(600),
-            };
-            let out = compile(&job, scratch.path()).map_err(|f| Error::BuildFailed {
-                failed: vec![format!("  {}: {f}", a.describe())],
-                total: 1,
-            })?;
-            report.rebuilt += 1;
-            let digest = sha256_hex(&out.bytes);
-            if digest != a.digest {
-                report
-                    .rebuild_mismatches
-                    .push((a.describe(), a.digest.clone(), digest));
+        let picked = sample(&lock.artifacts, rebuild, seed);
+        let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let results =
+            crate::remote::parallel_map(&picked, jobs, |a| rebuild_one(ws, &toolchain, a));
+        let mut failed = Vec::new();
+        for (a, result) in picked.iter().zip(results) {
+            match result {
+                Ok(digest) => {
+                    report.rebuilt += 1;
+                    if digest != a.digest {
+                        report
+                            .rebuild_mismatches
+                            .push((a.describe(), a.digest.clone(), digest));
+                    }
+                }
+                Err(why) => failed.push(format!("  {}: {why}", a.describe())),
             }
+        }
+        if !failed.is_empty() {
+            return Err(Error::BuildFailed {
+                total: picked.len(),
+                failed,
+            });
         }
     }
     Ok(report)
+}
+
+/// Compiles one artifact of the lock in a scratch folder, stores nothing, and returns
+/// the digest of what nvcc made.
+fn rebuild_one(
+    ws: &Workspace,
+    toolchain: &crate::build::toolchain::Toolchain,
+    a: &LockedArtifact,
+) -> std::result::Result<String, String> {
+    let kernel = ws.project.kernel(&a.kernel).map_err(|e| e.to_string())?;
+    let target = a
+        .target
+        .parse()
+        .map_err(|e: crate::target::BadTarget| e.0)?;
+    let scratch = ws.store.scratch_dir().map_err(|e| e.to_string())?;
+    let job = CompileJob {
+        root: &ws.project.root,
+        toolchain,
+        kernel,
+        config: &a.config,
+        target,
+        kind: a.kind,
+        timeout: Duration::from_secs(600),
+    };
+    let out = compile(&job, scratch.path()).map_err(|f| f.to_string())?;
+    Ok(sha256_hex(&out.bytes))
 }
 
 /// `n` distinct artifacts picked by a small deterministic generator from `seed`.
@@ -140,8 +162,22 @@ pub struct GcReport {
 }
 
 /// Removes every blob and entry the lock does not name (the store must be held
-/// exclusively). With `dry_run`, only reports.
-pub fn gc(ws: &Workspace, dry_run: bool) -> Result<GcReport> {
+/// exclusively). With `dry_run`, only reports. Without a `kart.lock` it refuses, unless
+/// `all_unreferenced` says to remove everything (a missing lock names nothing; a
+/// checkout on the wrong branch or a deleted file must not empty the store).
+pub fn gc(ws: &Workspace, dry_run: bool, all_unreferenced: bool) -> Result<GcReport> {
+    let path = crate::store::lockfile::lock_path(&ws.project.root);
+    if !path.exists() && !all_unreferenced {
+        return Err(Error::usage(
+            format!(
+                "there is no kart.lock in {}: gc keeps what the lock names, and with no lock it would remove the whole store",
+                ws.project.root.display()
+            ),
+            Some(
+                "run `kart build` first, or `kart gc --all-unreferenced` to empty the store".into(),
+            ),
+        ));
+    }
     let lock = ws.lock()?;
     let keep_blobs: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.digest.as_str()).collect();
     let keep_keys: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.key.as_str()).collect();

@@ -170,11 +170,25 @@ impl Store {
     /// Opens (creating if needed) the store at `root`, waiting up to `timeout` for the
     /// lock. Sweeps temp files of killed processes when no other process holds it.
     pub fn open(root: &Path, mode: LockMode, timeout: Duration) -> Result<Store> {
+        Store::open_sweeping(root, mode, timeout, &[])
+    }
+
+    /// [`Store::open`], also sweeping kart's temp files at the top of each of `also`
+    /// (the project root, where `kart.lock` and the sidecars are written atomically)
+    /// when no other process holds the store.
+    pub fn open_sweeping(
+        root: &Path,
+        mode: LockMode,
+        timeout: Duration,
+        also: &[&Path],
+    ) -> Result<Store> {
         let dir = root.join(LAYOUT);
         // A store on a read-only file system (a shared mount on a GPU server) can still
         // be read: skip the scaffolding, lock a read-only handle, never sweep.
         let read_only = dir.join("blobs").is_dir() && !writable(&dir);
         if !read_only {
+            std::fs::create_dir_all(root).at("create folder", root)?;
+            scaffold(root)?;
             for sub in [
                 "blobs",
                 "actions",
@@ -187,7 +201,6 @@ impl Store {
                 let p = dir.join(sub);
                 std::fs::create_dir_all(&p).at("create folder", &p)?;
             }
-            scaffold(root)?;
         } else if mode == LockMode::Exclusive {
             return Err(Error::usage(
                 format!("the store `{}` is read-only", root.display()),
@@ -209,6 +222,9 @@ impl Store {
         // a leftover.
         if !read_only && lock.try_lock().is_ok() {
             sweep_temp_files(&dir);
+            for folder in also {
+                crate::store::fsutil::sweep_temp_files_shallow(folder);
+            }
             if mode == LockMode::Shared {
                 lock.unlock().at("unlock", &lock_path)?;
             }
@@ -519,6 +535,30 @@ fn writable(dir: &Path) -> bool {
 
 fn scaffold(root: &Path) -> Result<()> {
     let tag = root.join("CACHEDIR.TAG");
+    // Mark only a folder that is a store or new: `store` pointed at a folder of other
+    // things (a home folder, a source tree) must not get a tag that makes backup tools
+    // skip it and a `.gitignore` that hides it from git.
+    let ours = |name: &std::ffi::OsStr| {
+        name == "CACHEDIR.TAG" || name == ".gitignore" || name == LAYOUT || name == "v1"
+    };
+    let foreign: Vec<String> = std::fs::read_dir(root)
+        .at("list", root)?
+        .flatten()
+        .map(|e| e.file_name())
+        .filter(|n| !ours(n))
+        .map(|n| n.to_string_lossy().into_owned())
+        .take(3)
+        .collect();
+    if !tag.exists() && !foreign.is_empty() {
+        return Err(Error::usage(
+            format!(
+                "`{}` is not a kart store and not empty (it holds {}…): kart will not make it one",
+                root.display(),
+                foreign.join(", ")
+            ),
+            Some("point `store` in kart.toml at a new folder".into()),
+        ));
+    }
     if !tag.exists() {
         write_atomic(
             &tag,

@@ -8,6 +8,7 @@ mod malformed;
 mod nginx;
 mod remote;
 mod templates;
+mod trust;
 mod variants;
 
 use std::time::{Duration, Instant};

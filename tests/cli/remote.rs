@@ -303,13 +303,37 @@ fn the_token_is_sent_and_never_printed() {
     let p = project(&url, true);
     p.ok(&["build", "--no-remote"]);
     let wrong = "wr0ng-t0ken-value";
-    let out = p.kart_env(&["push"], &[("KART_REMOTE_TOKEN", wrong)]);
+    // The token goes to the URL given with it (KART_REMOTE here).
+    let out = p.kart_env(
+        &["push"],
+        &[("KART_REMOTE_TOKEN", wrong), ("KART_REMOTE", &url)],
+    );
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(stderr(&out).contains("401"), "{}", text(&out));
     assert!(!text(&out).contains(wrong), "token printed: {}", text(&out));
-    let out = p.kart_env(&["push"], &[("KART_REMOTE_TOKEN", TOKEN)]);
+    let out = p.kart_env(
+        &["push"],
+        &[("KART_REMOTE_TOKEN", TOKEN), ("KART_REMOTE", &url)],
+    );
     assert!(out.status.success(), "{}", text(&out));
     assert!(!text(&out).contains(TOKEN), "token printed: {}", text(&out));
+    // A URL only kart.toml names does not get it (a cloned project chooses that URL)...
+    let out = p.kart_env(&["push"], &[("KART_REMOTE_TOKEN", TOKEN)]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("KART_REMOTE_TOKEN is not sent") && stderr(&out).contains("401"),
+        "{}",
+        text(&out)
+    );
+    // ...unless KART_REMOTE_TOKEN_URL names it.
+    let out = p.kart_env(
+        &["push"],
+        &[
+            ("KART_REMOTE_TOKEN", TOKEN),
+            ("KART_REMOTE_TOKEN_URL", &url),
+        ],
+    );
+    assert!(out.status.success(), "{}", text(&out));
     // Credentials in the URL are not printed either.
     let with_user = url.replace("http://", "http://alice:pa55word@");
     let out = p.kart_env(
@@ -318,7 +342,10 @@ fn the_token_is_sent_and_never_printed() {
     );
     assert!(!text(&out).contains("pa55word"), "{}", text(&out));
     // A read-only remote is never written.
-    let out = p.kart_env(&["push", "--read-only"], &[("KART_REMOTE_TOKEN", TOKEN)]);
+    let out = p.kart_env(
+        &["push", "--read-only"],
+        &[("KART_REMOTE_TOKEN", TOKEN), ("KART_REMOTE", &url)],
+    );
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("read-only"), "{}", text(&out));
 }

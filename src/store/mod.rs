@@ -538,8 +538,9 @@ fn scaffold(root: &Path) -> Result<()> {
     // Mark only a folder that is a store or new: `store` pointed at a folder of other
     // things (a home folder, a source tree) must not get a tag that makes backup tools
     // skip it and a `.gitignore` that hides it from git.
+    // `.gitkeep`: a repository that tracks the empty store folder.
     let ours = |name: &std::ffi::OsStr| {
-        name == "CACHEDIR.TAG" || name == ".gitignore" || name == LAYOUT || name == "v1"
+        ["CACHEDIR.TAG", ".gitignore", ".gitkeep", LAYOUT].contains(&name.to_str().unwrap_or(""))
     };
     let foreign: Vec<String> = std::fs::read_dir(root)
         .at("list", root)?

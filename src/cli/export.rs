@@ -68,7 +68,8 @@ pub fn run(
             .count();
         if stale > 0 {
             eprintln!(
-                "warning: {stale} record(s) of {} time artifacts kart.lock no longer names (their kernel changed since); \
+                "warning: {stale} record(s) of {} time blobs kart.lock no longer names for their configs (the kernel, its flags or the \
+                 toolchain changed, or kart.lock was rebuilt); \
                  best() answers those problems with defaults until they are tuned again (`kart tune` marks them stale)",
                 kart::tune::TUNE_FILE
             );

@@ -141,7 +141,7 @@ print("family checks passed")
     let out = p.ok(&["export", "--python", "-o", module.to_str().unwrap(), "base"]);
     assert!(
         stderr(&out)
-            .contains("warning: 1 record(s) of kart.tune time artifacts kart.lock no longer names"),
+            .contains("warning: 1 record(s) of kart.tune time blobs kart.lock no longer names"),
         "{}",
         text(&out)
     );

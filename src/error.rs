@@ -96,7 +96,7 @@ pub enum Error {
         message: String,
     },
     /// One or more compile jobs failed; each was reported as it failed.
-    #[error("{} of {total} artifacts failed to build:\n{}", failed.len(), failed.join("\n"))]
+    #[error("{} of {total} artifacts failed to build (kart.lock was left as it was; what compiled is in the store):\n{}", failed.len(), failed.join("\n"))]
     BuildFailed {
         /// One line per failed artifact.
         failed: Vec<String>,

@@ -254,7 +254,9 @@ pub fn build(
         summary.pushed = report.blobs_uploaded;
     }
     let mut mismatches = Vec::new();
-    if options.shard.is_none() {
+    // A build with a failure leaves the lock as it was: what did compile is in the
+    // store, and the next build takes it from there in milliseconds.
+    if options.shard.is_none() && failures.is_empty() {
         let (lock, changed) = write_lock(
             ws,
             &planned,

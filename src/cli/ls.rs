@@ -8,9 +8,14 @@ use kart::workspace::Workspace;
 
 use super::print_json;
 
-/// `kart ls`.
-pub fn run(ws: &Workspace, json: bool) -> Result<ExitCode> {
-    let rows = maintain::list(ws)?;
+/// `kart ls [KERNEL…] [-p NAME=VALUE…]`.
+pub fn run(
+    ws: &Workspace,
+    kernels: &[String],
+    params: &[(String, kart::build::manifest::ParamValue)],
+    json: bool,
+) -> Result<ExitCode> {
+    let rows = maintain::list(ws, kernels, params)?;
     if json {
         print_json(&rows);
         return Ok(ExitCode::SUCCESS);

@@ -79,6 +79,11 @@ pub enum Command {
     Build(BuildArgs),
     /// List the artifacts of kart.lock with their resources.
     Ls {
+        /// Only these kernels (default: all).
+        kernels: Vec<String>,
+        /// Only configs with these param values: -p BLOCK_M=64.
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        params: Vec<(String, ParamValue)>,
         /// One JSON array on stdout.
         #[arg(long)]
         json: bool,
@@ -328,7 +333,11 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
     let ws = Workspace::open(project, mode, Duration::from_secs(cli.lock_timeout))?;
     match &cli.command {
         Command::Build(args) => build::run(cli, &ws, args),
-        Command::Ls { json } => ls::run(&ws, *json),
+        Command::Ls {
+            kernels,
+            params,
+            json,
+        } => ls::run(&ws, kernels, params, *json),
         Command::Explain {
             kernel,
             params,

@@ -235,16 +235,41 @@ pub struct ListRow {
     pub entries: Vec<String>,
 }
 
-/// The lock as rows.
-pub fn list(ws: &Workspace) -> Result<Vec<ListRow>> {
+/// The lock as rows: every artifact, or those of `kernels` whose config has every value
+/// of `params`. A kernel the lock does not list is an error naming those it does.
+pub fn list(
+    ws: &Workspace,
+    kernels: &[String],
+    params: &[(String, crate::build::manifest::ParamValue)],
+) -> Result<Vec<ListRow>> {
     let attest = crate::attest::AttestFile::read(
         &ws.project.root.join(crate::attest::ATTEST_FILE),
         std::path::Path::new(crate::attest::ATTEST_FILE),
     )?;
-    Ok(ws
-        .lock()?
+    let lock = ws.lock()?;
+    let listed: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
+    if let Some(unknown) = kernels.iter().find(|k| !listed.contains(k.as_str())) {
+        let names: Vec<&str> = listed.iter().copied().collect();
+        return Err(Error::usage(
+            format!(
+                "kart.lock lists no kernel `{}`; it lists {}",
+                crate::untrusted::for_terminal(unknown),
+                if names.is_empty() {
+                    "none".to_string()
+                } else {
+                    names.join(", ")
+                }
+            ),
+            Some("run `kart build KERNEL` to add a kernel to the lock".into()),
+        ));
+    }
+    let wanted: std::collections::BTreeMap<String, crate::build::manifest::ParamValue> =
+        params.iter().cloned().collect();
+    Ok(lock
         .artifacts
         .into_iter()
+        .filter(|a| kernels.is_empty() || kernels.contains(&a.kernel))
+        .filter(|a| a.config.matches(&wanted))
         .map(|a| ListRow {
             registers: a.entries.iter().map(|e| e.registers).max().unwrap_or(0),
             shared_bytes: a.entries.iter().map(|e| e.shared_bytes).max().unwrap_or(0),

@@ -161,6 +161,16 @@ fn a_config_that_does_not_compile_fails_alone() {
     assert!(err.contains("2 of 6 artifacts failed"), "{err}");
     assert!(err.contains("k[V=2] sm_80: nvcc failed"), "{err}");
     assert!(err.contains("│"), "nvcc's stderr is not framed:\n{err}");
+    // The failed build wrote no lock; the four that compiled wait in the store.
+    assert!(!p.root().join("kart.lock").exists());
+    // Without the failing value, the rest comes from the store: no compile.
+    p.write(
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nV = [1, 3]\n",
+    );
+    p.clear_log();
+    let out = p.ok(&["build"]);
+    assert_eq!(p.compiles(), 0, "{}", text(&out));
     let lock = p.read("kart.lock");
     assert_eq!(lock.matches("[[artifact]]").count(), 4, "{lock}");
 }
@@ -844,4 +854,26 @@ fn files_kart_writes_follow_the_umask() {
             assert_eq!(mode, want, "umask {umask}: {} is {mode:o}", f.display());
         }
     }
+}
+
+#[test]
+fn ls_filters_by_kernel_and_param_and_names_what_exists() {
+    let p = grid_project();
+    p.kernel("other", "out[0] = 1.0f;", "");
+    p.ok(&["build"]);
+    let all = stdout(&p.ok(&["ls"]));
+    assert_eq!(all.lines().count(), 1 + 6 + 2, "{all}");
+    let grid = stdout(&p.ok(&["ls", "grid"]));
+    assert_eq!(grid.lines().count(), 1 + 6, "{grid}");
+    assert!(!grid.contains("other"), "{grid}");
+    let one = stdout(&p.ok(&["ls", "grid", "-p", "A=2", "--json"]));
+    let rows: serde_json::Value = serde_json::from_str(&one).unwrap();
+    assert_eq!(rows.as_array().unwrap().len(), 2, "{one}");
+    let out = p.kart(&["ls", "gird"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("lists no kernel `gird`; it lists grid, other"),
+        "{}",
+        text(&out)
+    );
 }

@@ -78,6 +78,8 @@ pub struct BuildOptions {
     /// Take a trusted remote's action entries without their blobs (a CI merge job
     /// that only writes the lock).
     pub entries_only: bool,
+    /// Start no compile after the first failure.
+    pub fail_fast: bool,
 }
 
 impl Default for BuildOptions {
@@ -93,6 +95,7 @@ impl Default for BuildOptions {
             remote: None,
             push: false,
             entries_only: false,
+            fail_fast: false,
         }
     }
 }
@@ -290,6 +293,8 @@ fn compile_all(
 ) -> Vec<String> {
     let next = AtomicUsize::new(0);
     let failures = Mutex::new(Vec::new());
+    let stop = std::sync::atomic::AtomicBool::new(false);
+    let skipped = AtomicUsize::new(0);
     if jobs.is_empty() {
         return Vec::new();
     }
@@ -300,10 +305,17 @@ fn compile_all(
                 loop {
                     let i = next.fetch_add(1, Ordering::Relaxed);
                     let Some(p) = jobs.get(i) else { break };
+                    if stop.load(Ordering::Relaxed) {
+                        skipped.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     let name = p.describe(&ws.project);
                     match compile_one(ws, toolchain, p, options.timeout, &host_compiler) {
                         Ok(elapsed) => reporter.compiled(&name, Ok(elapsed)),
                         Err(failure) => {
+                            if options.fail_fast {
+                                stop.store(true, Ordering::Relaxed);
+                            }
                             reporter.compiled(&name, Err(&failure));
                             if let Ok(mut f) = failures.lock() {
                                 f.push(format!("  {name}: {}", failure.summary));
@@ -316,6 +328,12 @@ fn compile_all(
     });
     let mut failures = failures.into_inner().unwrap_or_default();
     failures.sort();
+    let skipped = skipped.into_inner();
+    if skipped > 0 {
+        reporter.note(&format!(
+            "--fail-fast: {skipped} artifact(s) not compiled after the first failure"
+        ));
+    }
     failures
 }
 

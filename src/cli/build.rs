@@ -14,7 +14,7 @@ use super::{BuildArgs, Cli, open_remote};
 /// `kart build`.
 pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
     if args.explain_grid {
-        return explain_grid(ws, &args.kernels);
+        return explain_grid(ws, &args.kernels, args.json);
     }
     let start = Instant::now();
     let mut options = BuildOptions {
@@ -30,6 +30,7 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         lock_timeout: Duration::from_secs(cli.lock_timeout),
         push: args.push,
         entries_only: args.entries_only,
+        fail_fast: args.fail_fast,
         ..BuildOptions::default()
     };
     if let Some(jobs) = args.jobs {
@@ -148,11 +149,12 @@ fn replay_warnings(
     Ok(())
 }
 
-/// `kart build --explain-grid`.
-fn explain_grid(ws: &Workspace, kernels: &[String]) -> Result<ExitCode> {
+/// `kart build --explain-grid [--json]`.
+fn explain_grid(ws: &Workspace, kernels: &[String], json: bool) -> Result<ExitCode> {
     for name in kernels {
         ws.project.kernel(name)?;
     }
+    let mut reports = Vec::new();
     for kernel in &ws.project.kernels {
         if !kernels.is_empty() && !kernels.contains(&kernel.name) {
             continue;
@@ -164,6 +166,27 @@ fn explain_grid(ws: &Workspace, kernels: &[String]) -> Result<ExitCode> {
                 None,
             )
         })?;
+        let millis = start.elapsed().as_secs_f64() * 1e3;
+        if json {
+            let steps: Vec<serde_json::Value> = report
+                .steps
+                .iter()
+                .map(|(step, removed)| serde_json::json!({ "step": step, "removes": removed }))
+                .collect();
+            let derived: Vec<&str> = kernel.derived.iter().map(|d| d.name.as_str()).collect();
+            reports.push(serde_json::json!({
+                "kernel": kernel.name,
+                "params": kernel.params.len(),
+                "raw": report.raw,
+                "steps": steps,
+                "kept": report.kept,
+                "derived": derived,
+                "targets": kernel.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
+                "artifacts": report.kept * kernel.targets.len(),
+                "milliseconds": millis,
+            }));
+            continue;
+        }
         let width = report.steps.iter().map(|(s, _)| s.len()).max().unwrap_or(0);
         println!(
             "{}: {} raw combinations of {} params",
@@ -184,8 +207,11 @@ fn explain_grid(ws: &Workspace, kernels: &[String]) -> Result<ExitCode> {
             "  {} configs kept{derived}, x {} targets ({:.1} ms)",
             report.kept,
             kernel.targets.len(),
-            start.elapsed().as_secs_f64() * 1e3
+            millis
         );
+    }
+    if json {
+        super::print_json(&reports);
     }
     Ok(ExitCode::SUCCESS)
 }

@@ -275,10 +275,14 @@ pub struct BuildArgs {
     /// Compile nothing: check that every action key equals kart.lock's (exit 1 if not).
     #[arg(long, conflicts_with = "shard")]
     pub locked: bool,
+    /// Stop starting compiles at the first failure (those running finish).
+    #[arg(long, conflicts_with_all = ["locked", "explain_grid"])]
+    pub fail_fast: bool,
     /// Build only slice I of N (1-based) of the selection, and write only the store.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
-    /// The summary (counts, whether kart.lock changed) as JSON on stdout.
+    /// The summary (counts, whether kart.lock changed), or with --explain-grid each
+    /// kernel's report, as JSON on stdout.
     #[arg(long)]
     pub json: bool,
     /// Replay nvcc's stored warnings for artifacts taken from the store.

@@ -15,6 +15,9 @@ pub struct CliReporter {
     pub bar: Option<ProgressBar>,
     quiet: bool,
     lines: Mutex<()>,
+    /// nvcc's output already shown in full (without its command line, which differs
+    /// per config), with the artifact it was shown for.
+    shown: Mutex<std::collections::HashMap<String, String>>,
 }
 
 impl CliReporter {
@@ -23,6 +26,31 @@ impl CliReporter {
             bar: None,
             quiet,
             lines: Mutex::new(()),
+            shown: Mutex::new(std::collections::HashMap::new()),
+        }
+    }
+
+    /// The artifact this failure's output was already shown for, if it was (the same
+    /// syntax error hits every config of a grid: show it once).
+    fn shown_before(&self, artifact: &str, failure: &CompileFailure) -> Option<String> {
+        // The framed command line (first line) names the config's -D values.
+        let body: String = failure
+            .details
+            .lines()
+            .skip(1)
+            .collect::<Vec<_>>()
+            .join("\n");
+        if body.trim().is_empty() {
+            return None;
+        }
+        let key = format!("{}\n{body}", failure.summary);
+        let mut shown = self.shown.lock().ok()?;
+        match shown.get(&key) {
+            Some(first) => Some(first.clone()),
+            None => {
+                shown.insert(key, artifact.to_string());
+                None
+            }
         }
     }
 
@@ -65,8 +93,15 @@ impl BuildReporter for CliReporter {
                 }
             }
             Err(failure) => {
-                // Failures are shown in full as they happen, even with --quiet.
-                let msg = format!("error: {artifact}: {failure}");
+                // Failures are shown in full as they happen, even with --quiet; output
+                // already shown for another config is named, not repeated.
+                let msg = match self.shown_before(artifact, failure) {
+                    Some(first) => format!(
+                        "error: {artifact}: {} (the same nvcc output as {first}, above)",
+                        failure.summary
+                    ),
+                    None => format!("error: {artifact}: {failure}"),
+                };
                 let msg = kart::untrusted::for_terminal(&msg).into_owned();
                 match &self.bar {
                     Some(bar) => bar.println(msg),

@@ -538,9 +538,12 @@ fn scaffold(root: &Path) -> Result<()> {
     // Mark only a folder that is a store or new: `store` pointed at a folder of other
     // things (a home folder, a source tree) must not get a tag that makes backup tools
     // skip it and a `.gitignore` that hides it from git.
-    // `.gitkeep`: a repository that tracks the empty store folder.
+    // `.gitkeep`: a repository that tracks the empty store folder; a temp file: another
+    // kart process writing this folder's tag at the same moment.
     let ours = |name: &std::ffi::OsStr| {
-        ["CACHEDIR.TAG", ".gitignore", ".gitkeep", LAYOUT].contains(&name.to_str().unwrap_or(""))
+        let name = name.to_str().unwrap_or("");
+        ["CACHEDIR.TAG", ".gitignore", ".gitkeep", LAYOUT].contains(&name)
+            || name.starts_with(crate::store::fsutil::TEMP_PREFIX)
     };
     let foreign: Vec<String> = std::fs::read_dir(root)
         .at("list", root)?

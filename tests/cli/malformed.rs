@@ -376,7 +376,21 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "kart.tune",
         "version = 2\n[[record]]\nkernel = \"k\"\ngpu = \"NVIDIA H200\"\ntarget = \"sm_90\"\ndigest = \"x\"\nmedian_us = 1.0\ntimed = 1\n[record.problem]\nB = 1\n[record.config]\n",
         "kart.tune:",
-        "bad digest or time",
+        "the digest is not 64 lower-case hex digits",
+    ),
+    (
+        "tuning record whose GPU name drives the terminal",
+        "kart.tune",
+        "version = 2\n[[record]]\nkernel = \"k\"\ngpu = \"H200\\u001b]0;x\\u0007\"\ntarget = \"sm_90\"\ndigest = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmedian_us = 1.0\ntimed = 1\n[record.problem]\nB = 1\n[record.config]\n",
+        "kart.tune:",
+        "has control characters",
+    ),
+    (
+        "tuning record with a config value for a shell",
+        "kart.tune",
+        "version = 2\n[[record]]\nkernel = \"k\"\ngpu = \"H200\"\ntarget = \"sm_90\"\ndigest = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmedian_us = 1.0\ntimed = 1\n[record.problem]\nB = 1\n[record.config]\nX = \"$(id)\"\n",
+        "kart.tune:",
+        "neither an integer nor a C identifier",
     ),
     (
         "tuning record that is not a number",

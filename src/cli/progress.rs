@@ -18,6 +18,8 @@ pub struct CliReporter {
     /// nvcc's output already shown in full (without its command line, which differs
     /// per config), with the artifact it was shown for.
     shown: Mutex<std::collections::HashMap<String, String>>,
+    /// For plain-line output: compiles planned, done so far, and when the first began.
+    progress: Mutex<(usize, usize, Option<std::time::Instant>)>,
 }
 
 impl CliReporter {
@@ -27,7 +29,26 @@ impl CliReporter {
             quiet,
             lines: Mutex::new(()),
             shown: Mutex::new(std::collections::HashMap::new()),
+            progress: Mutex::new((0, 0, None)),
         }
+    }
+
+    /// `[n/N, ~M s left]` for plain-line output: the compiles done over those planned,
+    /// and the time left at the rate so far.
+    fn count(&self) -> String {
+        let Ok(mut p) = self.progress.lock() else {
+            return String::new();
+        };
+        p.1 += 1;
+        let (total, done) = (p.0, p.1);
+        let left = match p.2 {
+            Some(start) if done < total => {
+                let per = start.elapsed().as_secs_f64() / done as f64;
+                format!(", ~{:.0} s left", per * (total - done) as f64)
+            }
+            _ => String::new(),
+        };
+        format!("[{done}/{total}{left}] ")
     }
 
     /// The artifact this failure's output was already shown for, if it was (the same
@@ -73,6 +94,9 @@ impl CliReporter {
 impl BuildReporter for CliReporter {
     fn planned(&self, selected: usize, to_compile: usize) {
         if to_compile > 0 {
+            if let Ok(mut p) = self.progress.lock() {
+                *p = (to_compile, 0, Some(std::time::Instant::now()));
+            }
             self.say(&format!(
                 "{selected} artifacts selected, {to_compile} to compile"
             ));
@@ -86,8 +110,9 @@ impl BuildReporter for CliReporter {
         match result {
             Ok(elapsed) => {
                 if self.bar.is_none() {
+                    let count = self.count();
                     self.say(&format!(
-                        "  compiled {artifact} ({:.1} s)",
+                        "  {count}compiled {artifact} ({:.1} s)",
                         elapsed.as_secs_f64()
                     ));
                 }
@@ -95,12 +120,17 @@ impl BuildReporter for CliReporter {
             Err(failure) => {
                 // Failures are shown in full as they happen, even with --quiet; output
                 // already shown for another config is named, not repeated.
+                let count = if self.bar.is_none() {
+                    self.count()
+                } else {
+                    String::new()
+                };
                 let msg = match self.shown_before(artifact, failure) {
                     Some(first) => format!(
-                        "error: {artifact}: {} (the same nvcc output as {first}, above)",
+                        "{count}error: {artifact}: {} (the same nvcc output as {first}, above)",
                         failure.summary
                     ),
-                    None => format!("error: {artifact}: {failure}"),
+                    None => format!("{count}error: {artifact}: {failure}"),
                 };
                 let msg = kart::untrusted::for_terminal(&msg).into_owned();
                 match &self.bar {

@@ -46,6 +46,13 @@ impl<'de> Deserialize<'de> for ParamValue {
         match Raw::deserialize(d)? {
             Raw::Int(v) => Ok(ParamValue::Int(v)),
             Raw::Text(s) if is_c_identifier(&s) => Ok(ParamValue::Ident(s)),
+            Raw::Text(s) if s.trim().parse::<i64>().is_ok() => {
+                Err(serde::de::Error::custom(format!(
+                    "value \"{}\" is a string: write the integer without quotes ({})",
+                    s,
+                    s.trim()
+                )))
+            }
             Raw::Text(s) => Err(serde::de::Error::custom(format!(
                 "value {} is neither an integer nor a C identifier",
                 crate::untrusted::quoted(&s)
@@ -1600,6 +1607,11 @@ impl SourceFile<'_> {
         match v.get_ref() {
             RawValue::Int(i) => Ok(ParamValue::Int(*i)),
             RawValue::Text(s) if is_c_identifier(s) => Ok(ParamValue::Ident(s.clone())),
+            RawValue::Text(s) if s.trim().parse::<i64>().is_ok() => Err(self.error(
+                v.span(),
+                format!("value \"{s}\" is a string, and kart keeps integers and names apart"),
+                format!("write the integer without quotes: {}", s.trim()),
+            )),
             RawValue::Text(s) => Err(self.error(
                 v.span(),
                 format!("value `{s}` is neither an integer nor a C identifier"),

@@ -15,6 +15,7 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
     let wanted = |name: &str| kernels.is_empty() || kernels.iter().any(|k| k == name);
     if run {
         let mut failed = false;
+        let mut ran = 0;
         for kernel in ws.project.kernels.iter().filter(|k| wanted(&k.name)) {
             let Some(program) = kernel
                 .tune
@@ -22,8 +23,34 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
                 .map(|t| &t.program)
                 .filter(|p| !p.is_empty())
             else {
+                // Named on the command line: say why nothing runs for it.
+                if !kernels.is_empty() {
+                    eprintln!(
+                        "tune: {}: no tuning program (add `program = [\"path/to/program\", \"tune\"]` to [tune] in {})",
+                        kernel.name,
+                        kernel.manifest.display()
+                    );
+                }
                 continue;
             };
+            let binary = ws.project.root.join(&program[0]);
+            if program[0].contains('/') && !binary.is_file() {
+                let hint = match program[0].strip_prefix("target/release/examples/") {
+                    Some(example) => {
+                        format!("build it first: cargo build --release --example {example}")
+                    }
+                    None => "build it first (the path is relative to the project root)".into(),
+                };
+                return Err(kart::error::Error::environment(
+                    format!(
+                        "{}: the tuning program `{}` of {} does not exist",
+                        kernel.name,
+                        program[0],
+                        kernel.manifest.display()
+                    ),
+                    hint,
+                ));
+            }
             eprintln!("tune: {}: running {}", kernel.name, program.join(" "));
             let status = std::process::Command::new(&program[0])
                 .args(&program[1..])
@@ -31,6 +58,10 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
                 .status()
                 .at("run the tuning program", std::path::Path::new(&program[0]))?;
             failed |= !status.success();
+            ran += 1;
+        }
+        if ran == 0 && !failed {
+            eprintln!("tune: no kernel selected has a tuning program; nothing ran");
         }
         return Ok(if failed {
             ExitCode::from(1)

@@ -923,3 +923,29 @@ fn explain_grid_prints_json_when_asked() {
         "{reports}"
     );
 }
+
+#[test]
+fn tune_run_says_what_it_cannot_run() {
+    let p = grid_project();
+    let out = p.ok(&["tune", "grid", "--run"]);
+    assert!(
+        stderr(&out).contains("grid: no tuning program"),
+        "{}",
+        text(&out)
+    );
+    let toml = p.read("kernels/grid/kernel.toml");
+    p.write(
+        "kernels/grid/kernel.toml",
+        &format!(
+            "{toml}\n[tune]\nnearest = [\"N\"]\nprogram = [\"target/release/examples/grid_tuner\", \"tune\"]\n"
+        ),
+    );
+    let out = p.kart(&["tune", "--run"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("does not exist")
+            && stderr(&out).contains("cargo build --release --example grid_tuner"),
+        "{}",
+        text(&out)
+    );
+}

@@ -379,6 +379,13 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "the digest is not 64 lower-case hex digits",
     ),
     (
+        "a quoted integer in a grid",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nBLOCK = [\"32\", 64]\n",
+        "kernel.toml:5:10:",
+        "is a string, and kart keeps integers and names apart",
+    ),
+    (
         "tuning record whose GPU name drives the terminal",
         "kart.tune",
         "version = 2\n[[record]]\nkernel = \"k\"\ngpu = \"H200\\u001b]0;x\\u0007\"\ntarget = \"sm_90\"\ndigest = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmedian_us = 1.0\ntimed = 1\n[record.problem]\nB = 1\n[record.config]\n",

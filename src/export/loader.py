@@ -5,6 +5,7 @@ import base64
 import ctypes
 import hashlib
 import math
+import os
 import struct
 import sys
 import threading
@@ -1216,9 +1217,17 @@ def load(kernel, entry=None, **config):
         if kernel not in known:
             raise KartError(f"no kernel {kernel!r} was exported; exported: {', '.join(sorted(known))}")
         shown = "; ".join(_config_text(c) for c in known[kernel])
+        names = sorted(known[kernel][0])
+        if sorted(config) != names:
+            raise KartError(
+                f"load() takes every param of {kernel} ({', '.join(names)}), "
+                f"not {_config_text(config) or 'none'}; exported: {shown}"
+            )
+        where = os.path.basename(__file__)
         raise KartError(
             f"{kernel} has no exported config {_config_text(config)}; exported: {shown}. "
-            f"Export it: `kart export --python {kernel}:{_config_text(config)}`"
+            f"If the lock has it (`kart ls {kernel}`), export it with the rest: "
+            f"`kart export --python -o {where} {kernel}:{_config_text(config)} ...`"
         )
     entries = [e["name"] for e in matching[0]["entries"]]
     entry = entry or entries[0]

@@ -96,6 +96,12 @@ def main(module_path, cases_path, lock_path, expr_path):
         check("an unexported config is refused", False)
     except mod.KartError as e:
         check("an unexported config is refused, naming what exists", "exported: A=1,B=16" in str(e), e)
+        check("the export command it suggests writes a file", "kart export --python -o " in str(e), e)
+    try:
+        mod.load("grid", A=1)
+        check("a partial config is refused", False)
+    except mod.KartError as e:
+        check("a partial config is refused, naming every param", "takes every param of grid (A, B)" in str(e), e)
     for args, error, what in [
         ((1 << 40,), TypeError, "the wrong number of arguments"),
         ((object(), 7), TypeError, "an object for a pointer"),

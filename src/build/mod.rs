@@ -526,26 +526,39 @@ fn check_locked(
     };
     let mut problems = Vec::new();
     let mut same_key = Vec::new();
+    // Kernel → (artifacts whose key changed, the changed inputs in first-seen order).
+    let mut changed: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
+        std::collections::BTreeMap::new();
     for p in selected {
         let name = p.describe(&ws.project);
         let kernel = &ws.project.kernels[p.kernel].name;
         match lock.find(kernel, &p.config, &p.target.to_string(), p.kind) {
             None => problems.push(format!("{name}: not in kart.lock")),
             Some(locked) if locked.key == p.key => same_key.push(locked),
-            Some(locked) if locked.key != p.key => {
-                problems.push(format!(
-                    "{name}: key changed ({} -> {})",
-                    &locked.key[..12],
-                    &p.key[..12]
-                ));
-                problems.extend(
-                    explain_change(ws, &locked.key, &p.preimage)
-                        .into_iter()
-                        .map(|l| format!("    {l}")),
-                );
+            Some(locked) => {
+                let group = changed.entry(kernel.as_str()).or_default();
+                group.0.push(name);
+                for line in explain_change(ws, &locked.key, &p.preimage) {
+                    if !group.1.contains(&line) {
+                        group.1.push(line);
+                    }
+                }
             }
-            Some(_) => {}
         }
+    }
+    // One edit changes the key of every config of a kernel: say it once per kernel,
+    // with the inputs that changed (each named once), not once per artifact.
+    for (kernel, (names, inputs)) in changed {
+        let shown = match names.as_slice() {
+            [one] => one.clone(),
+            [first, rest @ ..] => format!("{first} and {} more", rest.len()),
+            [] => continue,
+        };
+        problems.push(format!(
+            "{kernel}: {} artifact(s) with changed keys ({shown})",
+            names.len()
+        ));
+        problems.extend(inputs.into_iter().map(|l| format!("    {l}")));
     }
     if whole {
         for a in &lock.artifacts {
@@ -594,10 +607,11 @@ fn check_locked(
 pub fn explain_change(ws: &Workspace, old_key: &str, new: &Preimage) -> Vec<String> {
     match ws.store.get_entry(old_key) {
         Ok(Some(entry)) => diff_preimages(&entry.preimage, new),
-        _ => vec![format!(
-            "(the inputs of the old key {} are not in this store; `kart fetch` or a build of the old commit would show them)",
-            &old_key[..12]
-        )],
+        // No key in the line: a kernel's artifacts share it, and it is said once.
+        _ => vec![
+            "(the inputs of the old keys are not in this store; `kart fetch` or a build of the old commit would show them)"
+                .to_string(),
+        ],
     }
 }
 

@@ -78,25 +78,42 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
         print_json(&records);
         return Ok(ExitCode::SUCCESS);
     }
+    // Columns as wide as their widest cell, so every kernel's rows line up.
+    let rows: Vec<[String; 6]> = records
+        .iter()
+        .map(|r| {
+            let problem: Vec<String> = r.problem.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            [
+                r.kernel.clone(),
+                r.gpu.strip_prefix("NVIDIA ").unwrap_or(&r.gpu).to_string(),
+                problem.join(","),
+                format!("{:.1}", r.median_us),
+                // A variant's win names the variant.
+                match &r.variant {
+                    Some(v) => format!("{v}[{}]", r.config),
+                    None => r.config.to_string(),
+                },
+                if r.is_stale(&lock) { "yes" } else { "-" }.to_string(),
+            ]
+        })
+        .collect();
+    let header = ["KERNEL", "GPU", "PROBLEM", "MEDIAN µs", "CONFIG", "STALE"];
+    let width = |i: usize| {
+        rows.iter()
+            .map(|r| r[i].chars().count())
+            .chain([header[i].chars().count()])
+            .max()
+            .unwrap_or(0)
+    };
+    let (w0, w1, w2, w3, w4) = (width(0), width(1), width(2), width(3), width(4));
     println!(
-        "{:12} {:16} {:44} {:>10}  {:52} STALE",
-        "KERNEL", "GPU", "PROBLEM", "MEDIAN µs", "CONFIG"
+        "{:w0$}  {:w1$}  {:w2$}  {:>w3$}  {:w4$}  {}",
+        header[0], header[1], header[2], header[3], header[4], header[5]
     );
-    for r in records {
-        let stale = r.is_stale(&lock);
-        let problem: Vec<String> = r.problem.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for r in &rows {
         println!(
-            "{:12} {:16} {:44} {:>10.1}  {:52} {}",
-            r.kernel,
-            r.gpu.strip_prefix("NVIDIA ").unwrap_or(&r.gpu),
-            problem.join(","),
-            r.median_us,
-            // A variant's win names the variant.
-            match &r.variant {
-                Some(v) => format!("{v}[{}]", r.config),
-                None => r.config.to_string(),
-            },
-            if stale { "yes" } else { "-" }
+            "{:w0$}  {:w1$}  {:w2$}  {:>w3$}  {:w4$}  {}",
+            r[0], r[1], r[2], r[3], r[4], r[5]
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -73,6 +73,10 @@ fn a_variant_is_built_locked_exported_and_chosen_per_gpu() {
         row.contains("fast[TILE=64,WIDTH=32]") && row.trim_end().ends_with('-'),
         "{listing}"
     );
+    // The columns line up with the header, in characters (the header has a `µ`).
+    let header = listing.lines().next().unwrap_or_default();
+    let stale_at = header[..header.find("STALE").unwrap()].chars().count();
+    assert_eq!(row.chars().count() - 1, stale_at, "{listing}");
 
     // Exporting the base brings its variant.
     let module = p.root().join("family.py");

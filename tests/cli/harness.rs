@@ -215,6 +215,15 @@ impl TestProject {
     }
 }
 
+/// The digests kart.lock names, in its order.
+pub fn lock_digests(p: &TestProject) -> Vec<String> {
+    p.read("kart.lock")
+        .lines()
+        .filter_map(|l| l.strip_prefix("digest = \""))
+        .map(|d| d.trim_end_matches('"').to_string())
+        .collect()
+}
+
 /// stdout and stderr of a run, for messages.
 pub fn text(out: &Output) -> String {
     format!(

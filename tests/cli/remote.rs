@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestProject, stderr, stdout, text};
+use crate::harness::{TestProject, lock_digests, stderr, stdout, text};
 use crate::nginx::{Nginx, TOKEN};
 
 const GRID: &str = "[params]\nA = [1, 2, 3]\nB = [16, 32]\n";
@@ -27,14 +27,6 @@ fn with_lock_of(built: &TestProject, url: &str, trusted: bool) -> TestProject {
     let p = project(url, trusted);
     std::fs::copy(built.root().join("kart.lock"), p.root().join("kart.lock")).unwrap();
     p
-}
-
-fn lock_digests(p: &TestProject) -> Vec<String> {
-    p.read("kart.lock")
-        .lines()
-        .filter_map(|l| l.strip_prefix("digest = \""))
-        .map(|d| d.trim_end_matches('"').to_string())
-        .collect()
 }
 
 fn has_blob(p: &TestProject, digest: &str) -> bool {

@@ -7,7 +7,7 @@ use std::net::TcpListener;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use crate::harness::{TestProject, repo_root, stderr, stdout, text};
+use crate::harness::{TestProject, lock_digests, repo_root, stderr, stdout, text};
 use crate::nginx::Nginx;
 
 const GRID: &str = "[params]\nA = [1, 2]\nB = [16]\n";
@@ -17,14 +17,6 @@ fn grid_project() -> TestProject {
     let p = TestProject::new(&["sm_90"]);
     p.kernel("grid", GRID_BODY, GRID);
     p
-}
-
-fn lock_digests(p: &TestProject) -> Vec<String> {
-    p.read("kart.lock")
-        .lines()
-        .filter_map(|l| l.strip_prefix("digest = \""))
-        .map(|d| d.trim_end_matches('"').to_string())
-        .collect()
 }
 
 /// The lock with the first `from` replaced by `to` (panics if absent: the test would

@@ -15,9 +15,9 @@
 use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
+use kart::model::Problem;
 use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
-use kart::tune::Problem;
 
 #[path = "common/gemm_program.rs"]
 mod program;

@@ -21,7 +21,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::f16;
-use kart::manifest::{Config, Kernel, Project};
+use kart::build::manifest::{Kernel, Project};
+use kart::model::Config;
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
@@ -116,7 +117,7 @@ fn launch(
 ) -> kart::Result<()> {
     // Grid, block and shared memory come from kernel.toml's [launch] (recorded in
     // kart.lock): the batch and heads fold into one axis, so B = bh and H = 1.
-    let problem: kart::tune::Problem = [
+    let problem: kart::model::Problem = [
         ("B".to_string(), i64::from(bh)),
         ("H".to_string(), 1),
         ("S".to_string(), i64::from(seq)),

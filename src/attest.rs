@@ -14,9 +14,9 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::key::ArtifactKind;
 use crate::error::{Error, IoContext, Result};
-use crate::runtime::resolve::{Capability, cubin_fit, format_cuda_version};
+use crate::model::ArtifactKind;
+use crate::resolve::{Capability, cubin_fit, format_cuda_version};
 use crate::runtime::{Gpu, Runtime};
 use crate::smoke::{SMOKE_ENTRY, launch_smoke};
 use crate::store::lockfile::{LockedArtifact, Lockfile};

@@ -5,11 +5,12 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::build::compile::{CompileJob, compile};
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::{Config, Kernel};
+use crate::build::manifest::Kernel;
 use crate::build::toolchain::Toolchain;
 use crate::error::{Error, IoContext, Result};
-use crate::runtime::signature::ParamKind;
+use crate::model::ArtifactKind;
+use crate::model::Config;
+use crate::signature::ParamKind;
 use crate::store::Store;
 use crate::target::TargetArch;
 
@@ -177,7 +178,7 @@ pub fn run_smoke(
                 "{} (compute capability {}), driver supports CUDA {}",
                 gpu.name,
                 gpu.capability,
-                crate::runtime::resolve::format_cuda_version(gpu.driver_version)
+                crate::resolve::format_cuda_version(gpu.driver_version)
             );
             Ok((Some(gpu), detail))
         }
@@ -217,9 +218,9 @@ pub fn run_smoke(
         digest: digest.clone(),
         size: verified.len() as u64,
         nvcc: toolchain.release.clone(),
-        entries: vec![crate::runtime::cubin::EntryInfo {
+        entries: vec![crate::cubin::EntryInfo {
             name: SMOKE_ENTRY.into(),
-            params: crate::runtime::cubin::param_sizes(&verified, SMOKE_ENTRY).unwrap_or_default(),
+            params: crate::cubin::param_sizes(&verified, SMOKE_ENTRY).unwrap_or_default(),
             signature: Some(SMOKE_SIGNATURE.to_vec()),
             ..Default::default()
         }],

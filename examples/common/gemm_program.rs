@@ -15,7 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use kart::manifest::{Config, Kernel, Project};
+use kart::build::manifest::{Kernel, Project};
+use kart::model::Config;
 use kart::runtime::{Gpu, LoadedArtifact, Runtime};
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
@@ -84,7 +85,7 @@ pub fn shape(p: &Problem) -> Shape {
 #[allow(dead_code)] // a program whose launch reads no param includes this module too
 pub fn param(config: &Config, name: &str) -> u32 {
     match config.0.get(name) {
-        Some(kart::manifest::ParamValue::Int(v)) => *v as u32,
+        Some(kart::model::ParamValue::Int(v)) => *v as u32,
         _ => 0,
     }
 }

@@ -6,15 +6,16 @@ use std::process::Command;
 use std::time::Duration;
 
 use crate::build::entry::{TemplateEntry, find_symbols, translation_unit};
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::{Config, Kernel};
+use crate::build::manifest::Kernel;
 use crate::build::process::run_with_timeout;
 use crate::build::toolchain::Toolchain;
-use crate::runtime::cubin::{
+use crate::cubin::{
     EntryInfo, check_cubin, check_ptx, inspect_cubin, param_sizes, parse_resource_usage,
     ptx_entries,
 };
-use crate::runtime::signature::check_signature;
+use crate::model::ArtifactKind;
+use crate::model::Config;
+use crate::signature::check_signature;
 use crate::target::TargetArch;
 
 /// What to compile.

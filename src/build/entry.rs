@@ -11,7 +11,9 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::build::manifest::{Config, Kernel, ParamMacros, is_c_identifier};
+use crate::build::manifest::{Kernel, ParamMacros};
+use crate::model::Config;
+use crate::untrusted::is_c_identifier;
 
 /// One entry of a kernel, as written in `entry = [...]`.
 #[derive(Clone, Debug, PartialEq, Eq)]

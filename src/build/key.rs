@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use serde::{Deserialize, Serialize};
-
-use crate::build::manifest::{Config, KERNEL_FILE, Kernel};
+use crate::build::manifest::{KERNEL_FILE, Kernel};
 use crate::build::toolchain::{Toolchain, collect_files};
 use crate::digest::{Preimage, sha256_file};
 use crate::error::Result;
+use crate::model::ArtifactKind;
+use crate::model::Config;
 use crate::target::TargetArch;
 
 /// Bump when anything about the key's inputs or encoding changes: every key changes
@@ -24,26 +24,6 @@ use crate::target::TargetArch;
 /// are listed, and a kernel compiled with line information keys the folder it was
 /// compiled in (nvcc writes it into the cubin).
 pub const KEY_FORMAT_VERSION: u32 = 2;
-
-/// What kind of file an artifact is.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ArtifactKind {
-    /// Machine code for one real architecture, loaded with no JIT.
-    Cubin,
-    /// PTX for the target's virtual architecture; JIT-compiled by the driver, so only
-    /// loaded when the caller allows JIT.
-    Ptx,
-}
-
-impl std::fmt::Display for ArtifactKind {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            ArtifactKind::Cubin => "cubin",
-            ArtifactKind::Ptx => "ptx",
-        })
-    }
-}
 
 /// The paths (relative to the project root, `/`-separated) and sha256 of every input
 /// file of a kernel: its `sources`, plus every file of its declared include folders
@@ -244,7 +224,7 @@ fn short(value: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::manifest::ParamValue;
+    use crate::model::ParamValue;
 
     fn fixture() -> (Toolchain, Kernel) {
         let mut components = Preimage::default();

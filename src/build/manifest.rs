@@ -4,126 +4,24 @@
 //! file, line and column and what to write instead.
 
 use std::collections::BTreeMap;
-use std::fmt;
 use std::ops::Range;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use crate::build::expr::{Expr, ExprError, ExprErrorKind};
-use crate::build::grid::{Derived, GridError, LaunchSpec, Rule, RuleOrDerived};
-
-use serde::{Deserialize, Serialize};
+use kart_runtime::error::{Error, IoContext, Result};
+use kart_runtime::expr::{Expr, ExprError, ExprErrorKind};
+use kart_runtime::launch::LaunchSpec;
+use kart_runtime::model::{Config, ParamValue, TuneSpec};
+use kart_runtime::target::TargetArch;
+use kart_runtime::text::{SourceFile, read_text};
+use serde::Deserialize;
 use toml::Spanned;
 
-use crate::error::{Error, IoContext, Result};
-use crate::target::TargetArch;
+use crate::build::grid::{Derived, GridError, Rule, RuleOrDerived};
 
-/// The project manifest's file name.
-pub const PROJECT_FILE: &str = "kart.toml";
+pub use kart_runtime::locate::PROJECT_FILE;
 /// A kernel manifest's file name.
 pub const KERNEL_FILE: &str = "kernel.toml";
-
-/// The value of a param or define: an integer or a C identifier. Read from any file
-/// (kernel.toml, the lock, entries, sidecars) it is checked to be one: the value
-/// reaches nvcc's command line, which nvcc hands to a shell.
-#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(untagged)]
-pub enum ParamValue {
-    /// `-DNAME=128`
-    Int(i64),
-    /// `-DNAME=half`
-    Ident(String),
-}
-
-impl<'de> Deserialize<'de> for ParamValue {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        #[derive(Deserialize)]
-        #[serde(untagged)]
-        enum Raw {
-            Int(i64),
-            Text(String),
-        }
-        match Raw::deserialize(d)? {
-            Raw::Int(v) => Ok(ParamValue::Int(v)),
-            Raw::Text(s) if is_c_identifier(&s) => Ok(ParamValue::Ident(s)),
-            Raw::Text(s) if s.trim().parse::<i64>().is_ok() => {
-                Err(serde::de::Error::custom(format!(
-                    "value \"{}\" is a string: write the integer without quotes ({})",
-                    s,
-                    s.trim()
-                )))
-            }
-            Raw::Text(s) => Err(serde::de::Error::custom(format!(
-                "value {} is neither an integer nor a C identifier",
-                crate::untrusted::quoted(&s)
-            ))),
-        }
-    }
-}
-
-impl fmt::Display for ParamValue {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ParamValue::Int(v) => write!(f, "{v}"),
-            ParamValue::Ident(s) => f.write_str(s),
-        }
-    }
-}
-
-impl ParamValue {
-    /// Parses a command-line value: an integer if it is one, else an identifier.
-    pub fn parse(text: &str) -> Option<ParamValue> {
-        if let Ok(v) = text.parse::<i64>() {
-            Some(ParamValue::Int(v))
-        } else if is_c_identifier(text) {
-            Some(ParamValue::Ident(text.to_string()))
-        } else {
-            None
-        }
-    }
-}
-
-/// One point of a kernel's param grid: param name → value, sorted by name. Read from a
-/// file, every name must be a C identifier (it becomes `-DNAME=…`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
-#[serde(transparent)]
-pub struct Config(pub BTreeMap<String, ParamValue>);
-
-impl<'de> Deserialize<'de> for Config {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        let map = BTreeMap::<String, ParamValue>::deserialize(d)?;
-        if let Some(bad) = map.keys().find(|k| !is_c_identifier(k)) {
-            return Err(serde::de::Error::custom(format!(
-                "param name {} is not a C identifier",
-                crate::untrusted::quoted(bad)
-            )));
-        }
-        Ok(Config(map))
-    }
-}
-
-impl fmt::Display for Config {
-    /// `BLOCK_M=64,NUM_WARPS=4`; `-` for the empty config.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.0.is_empty() {
-            return f.write_str("-");
-        }
-        for (i, (name, value)) in self.0.iter().enumerate() {
-            if i > 0 {
-                f.write_str(",")?;
-            }
-            write!(f, "{name}={value}")?;
-        }
-        Ok(())
-    }
-}
-
-impl Config {
-    /// True when every (name, value) of `partial` is also in this config.
-    pub fn matches(&self, partial: &BTreeMap<String, ParamValue>) -> bool {
-        partial.iter().all(|(k, v)| self.0.get(k) == Some(v))
-    }
-}
 
 /// The remote cache, as `kart.toml` declares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -219,7 +117,7 @@ pub struct Kernel {
     /// Partial assignments never built.
     pub exclude: Vec<BTreeMap<String, ParamValue>>,
     /// Declared parameter kinds per entry (`[signature]`), checked against the cubin.
-    pub signature: BTreeMap<String, Vec<crate::runtime::signature::ParamKind>>,
+    pub signature: BTreeMap<String, Vec<crate::signature::ParamKind>>,
     /// The config to use when nothing better is known (`default = { … }`): exported by
     /// default, and `best()`'s answer on a GPU with no tuning record.
     pub default: Option<Config>,
@@ -230,7 +128,7 @@ pub struct Kernel {
     /// `[derived]`: params computed from each config, in evaluation order.
     pub derived: Vec<crate::build::grid::Derived>,
     /// `[launch]`: grid, block and shared memory from a config and a problem.
-    pub launch: Option<crate::build::grid::LaunchSpec>,
+    pub launch: Option<crate::launch::LaunchSpec>,
     /// `variant_of = "NAME"`: this kernel is another implementation of `NAME`, called
     /// the same way (same entries and call signatures, same tuning problem); `best()`
     /// and resolution choose among the base and its variants.
@@ -249,19 +147,6 @@ pub struct VariantOf {
     pub line: usize,
     /// Column.
     pub column: usize,
-}
-
-/// A kernel's `[tune]` table: the integer keys of a problem, which of them a config
-/// must match exactly (through a param) and which match the nearest recorded value.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TuneSpec {
-    /// Param → problem key it must equal (`HEAD_DIM = "D"`).
-    pub exact: BTreeMap<String, String>,
-    /// Problem keys matched to the nearest recorded value (`["B", "H", "S"]`).
-    pub nearest: Vec<String>,
-    /// The kernel's tuning program and its arguments, run from the project root by
-    /// `kart tune --run` (`["target/release/examples/flash_attn", "tune"]`).
-    pub program: Vec<String>,
 }
 
 impl Kernel {
@@ -316,27 +201,7 @@ pub struct Project {
 impl Project {
     /// Finds `kart.toml` in `start` or one of its parents and loads the project.
     pub fn discover(start: &Path) -> Result<Project> {
-        let start = std::fs::canonicalize(start).at("resolve", start)?;
-        let mut dir = start.as_path();
-        loop {
-            if dir.join(PROJECT_FILE).is_file() {
-                return Project::load(dir);
-            }
-            match dir.parent() {
-                Some(parent) => dir = parent,
-                None => {
-                    return Err(Error::usage(
-                        format!(
-                            "no `{PROJECT_FILE}` in `{}` or any parent folder",
-                            start.display()
-                        ),
-                        Some(format!(
-                            "run kart inside a project, or create `{PROJECT_FILE}` (see README)"
-                        )),
-                    ));
-                }
-            }
-        }
+        Project::load(&kart_runtime::locate::find_root(start)?)
     }
 
     /// Loads the project whose `kart.toml` is in `root`.
@@ -354,28 +219,12 @@ impl Project {
             Some(k) => file.inside_root(&root, &root, k, "kernels folder")?,
             None => PathBuf::from("kernels"),
         };
-        // The store stays inside the project unless kart.toml says otherwise in so many
-        // words: a cloned project must not choose a folder elsewhere on the machine for
-        // kart to write into.
-        let store_dir = match &raw.project.store {
-            Some(s) if raw.project.store_outside_project => {
-                let p = Path::new(s.get_ref());
-                if p.is_absolute() {
-                    p.to_path_buf()
-                } else {
-                    root.join(p)
-                }
-            }
-            Some(s) => {
-                let inside = file.inside_root(&root, &root, s, "store").map_err(|e| {
-                    e.with_hint(
-                        "keep the store inside the project, or add `store_outside_project = true` to [project] to mean it",
-                    )
-                })?;
-                root.join(inside)
-            }
-            None => root.join("artifacts"),
-        };
+        let store_dir = kart_runtime::locate::store_dir(
+            &file,
+            &root,
+            raw.project.store.as_ref(),
+            raw.project.store_outside_project,
+        )?;
         let targets = file.targets(&raw.project.targets)?;
         if targets.is_empty() {
             return Err(file.error(
@@ -983,7 +832,7 @@ fn signature(
     file: &SourceFile<'_>,
     raw: &RawKernel,
     entry: &[String],
-) -> Result<BTreeMap<String, Vec<crate::runtime::signature::ParamKind>>> {
+) -> Result<BTreeMap<String, Vec<crate::signature::ParamKind>>> {
     let mut signature = BTreeMap::new();
     for (e, kinds) in &raw.signature {
         if !entry.contains(e.get_ref()) {
@@ -1000,7 +849,7 @@ fn signature(
         for k in kinds.get_ref() {
             let kind = k
                 .get_ref()
-                .parse::<crate::runtime::signature::ParamKind>()
+                .parse::<crate::signature::ParamKind>()
                 .map_err(|why| {
                     file.error(
                         k.span(),
@@ -1219,10 +1068,10 @@ fn launch_args(
     kernel: &Kernel,
     entry: &Spanned<String>,
     slots: &Spanned<Vec<Spanned<toml::Value>>>,
-) -> Result<Vec<crate::build::call::ArgSpec>> {
-    use crate::build::call::ArgSpec;
-    use crate::runtime::signature::ParamKind;
+) -> Result<Vec<crate::call::ArgSpec>> {
+    use crate::call::ArgSpec;
     use crate::runtime::tma::TmaType;
+    use crate::signature::ParamKind;
     let Some(signature) = kernel.signature.get(entry.get_ref()) else {
         return Err(file.error(
             entry.span(),
@@ -1386,13 +1235,13 @@ fn check_variants(kernels: &[Kernel]) -> Result<()> {
                     .as_ref()
                     .and_then(|l| l.args.get(entry))
                     .map(Vec::as_slice);
-                crate::build::call::call_signature(sig, args)
+                crate::call::call_signature(sig, args)
             })
         };
         for entry in &k.entry {
             let (theirs, ours) = (call(base, entry), call(k, entry));
             if theirs.is_none() || theirs != ours {
-                let show = |c: Option<Vec<crate::runtime::signature::ParamKind>>| {
+                let show = |c: Option<Vec<crate::signature::ParamKind>>| {
                     c.map_or("no [signature]".into(), |c| {
                         format!(
                             "[{}]",
@@ -1517,80 +1366,16 @@ fn reserved_flag(flag: &str) -> Option<&'static str> {
     }
 }
 
-pub use crate::untrusted::is_c_identifier;
+use kart_runtime::untrusted::is_c_identifier;
 
-/// Reads a UTF-8 text file, naming it on failure.
-pub fn read_text(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).at("read", path)?;
-    String::from_utf8(bytes).map_err(|e| {
-        let offset = e.utf8_error().valid_up_to();
-        let before = &e.as_bytes()[..offset];
-        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-        let column = offset
-            - before
-                .iter()
-                .rposition(|&b| b == b'\n')
-                .map_or(0, |p| p + 1)
-            + 1;
-        Error::InvalidFile {
-            path: path.to_path_buf(),
-            line,
-            column,
-            message: "the file is not valid UTF-8".into(),
-            hint: Some("save it as UTF-8".into()),
-        }
-    })
+/// The checks of values only manifests hold, on a manifest's text.
+trait ManifestChecks {
+    fn check_name(&self, name: &str, span: Range<usize>, what: &str) -> Result<()>;
+    fn value(&self, v: &Spanned<RawValue>) -> Result<ParamValue>;
+    fn targets(&self, list: &Spanned<Vec<Spanned<String>>>) -> Result<Vec<TargetArch>>;
 }
 
-/// A manifest's text with its (display) path, for errors that point into it.
-pub(crate) struct SourceFile<'a> {
-    pub(crate) path: PathBuf,
-    pub(crate) text: &'a str,
-}
-
-impl SourceFile<'_> {
-    /// 1-based line and column of a byte offset.
-    pub(crate) fn locate(&self, offset: usize) -> (usize, usize) {
-        let offset = offset.min(self.text.len());
-        let before = &self.text.as_bytes()[..offset];
-        let line = before.iter().filter(|&&b| b == b'\n').count() + 1;
-        let line_start = before
-            .iter()
-            .rposition(|&b| b == b'\n')
-            .map_or(0, |p| p + 1);
-        let column = self.text[line_start..offset].chars().count() + 1;
-        (line, column)
-    }
-
-    pub(crate) fn error(
-        &self,
-        span: Range<usize>,
-        message: impl Into<String>,
-        hint: impl Into<String>,
-    ) -> Error {
-        let (line, column) = self.locate(span.start);
-        Error::InvalidFile {
-            path: self.path.clone(),
-            line,
-            column,
-            message: message.into(),
-            hint: Some(hint.into()),
-        }
-    }
-
-    pub(crate) fn parse<T: serde::de::DeserializeOwned>(&self) -> Result<T> {
-        toml::from_str(self.text).map_err(|e| {
-            let span = e.span().unwrap_or(0..0);
-            let message = e.message().trim().to_string();
-            let hint = if message.contains("unknown field") {
-                "remove or correct the key; see the file formats in README.md"
-            } else {
-                "fix the TOML; see the file formats in README.md"
-            };
-            self.error(span, message, hint)
-        })
-    }
-
+impl ManifestChecks for SourceFile<'_> {
     fn check_name(&self, name: &str, span: Range<usize>, what: &str) -> Result<()> {
         if is_c_identifier(name) {
             Ok(())
@@ -1646,54 +1431,6 @@ impl SourceFile<'_> {
             targets.push(target);
         }
         Ok(targets)
-    }
-
-    /// Resolves a path written in this file (relative to `base`) to a path relative to
-    /// `root`, refusing absolute paths and anything that leaves the project (also
-    /// through symlinks).
-    fn inside_root(
-        &self,
-        root: &Path,
-        base: &Path,
-        written: &Spanned<String>,
-        what: &str,
-    ) -> Result<PathBuf> {
-        let text = written.get_ref();
-        let outside = || {
-            self.error(
-                written.span(),
-                format!("{what} `{text}` is outside the project"),
-                "use a relative path that stays inside the folder holding kart.toml",
-            )
-        };
-        let p = Path::new(text);
-        if text.is_empty() || p.is_absolute() {
-            return Err(self.error(
-                written.span(),
-                format!("{what} `{text}` must be a relative path"),
-                "write it relative to the file that names it",
-            ));
-        }
-        let mut joined = base.strip_prefix(root).unwrap_or(base).to_path_buf();
-        for component in p.components() {
-            match component {
-                Component::Normal(c) => joined.push(c),
-                Component::CurDir => {}
-                Component::ParentDir => {
-                    if !joined.pop() {
-                        return Err(outside());
-                    }
-                }
-                Component::RootDir | Component::Prefix(_) => return Err(outside()),
-            }
-        }
-        // A symlink may still lead out of the project.
-        if let Ok(real) = std::fs::canonicalize(root.join(&joined))
-            && !real.starts_with(root)
-        {
-            return Err(outside());
-        }
-        Ok(joined)
     }
 }
 

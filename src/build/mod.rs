@@ -1,10 +1,8 @@
 //! `kart build`: plan every artifact, take what the store has, compile the rest in
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
-pub mod call;
 pub mod compile;
 pub mod entry;
-pub mod expr;
 pub mod grid;
 pub mod key;
 pub mod library;
@@ -22,10 +20,11 @@ use std::time::Duration;
 
 use crate::build::compile::{CompileFailure, CompileJob, compile};
 use crate::build::key::diff_preimages;
-use crate::build::manifest::{ParamValue, Project};
+use crate::build::manifest::Project;
 use crate::build::toolchain::Toolchain;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
+use crate::model::ParamValue;
 use crate::smoke;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, LockedKernel, Lockfile, lock_path};
 use crate::store::{ActionEntry, ENTRY_FORMAT};

@@ -4,11 +4,13 @@
 use std::collections::BTreeMap;
 
 use crate::build::BuildReporter;
-use crate::build::key::{ArtifactKind, action_key, action_preimage, kernel_input_files};
-use crate::build::manifest::{Config, Kernel, ParamValue, Project};
+use crate::build::key::{action_key, action_preimage, kernel_input_files};
+use crate::build::manifest::{Kernel, Project};
 use crate::build::toolchain::Toolchain;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
+use crate::model::ArtifactKind;
+use crate::model::{Config, ParamValue};
 use crate::store::ActionEntry;
 use crate::store::lockfile::describe;
 use crate::target::TargetArch;

@@ -6,8 +6,8 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use kart::error::Result;
+use kart::resolve::format_cuda_version;
 use kart::runtime::doctor::{Loadability, loadability};
-use kart::runtime::resolve::format_cuda_version;
 use kart::workspace::Workspace;
 
 use super::{Cli, print_json};

@@ -3,9 +3,10 @@
 use std::process::ExitCode;
 
 use kart::build::explain_change;
-use kart::build::key::{ArtifactKind, action_key, action_preimage, kernel_input_files};
-use kart::build::manifest::{Config, ParamValue};
+use kart::build::key::{action_key, action_preimage, kernel_input_files};
 use kart::error::{Error, Result};
+use kart::model::ArtifactKind;
+use kart::model::{Config, ParamValue};
 use kart::store::lockfile::describe;
 use kart::target::TargetArch;
 use kart::workspace::Workspace;

@@ -46,7 +46,7 @@ pub fn run(
         &lock_sha,
         &format!("kart {}", command.join(" ")),
     )?;
-    kart::fsutil::write_atomic(output, text.as_bytes())?;
+    kart::store::fsutil::write_atomic(output, text.as_bytes())?;
     if !cli.quiet {
         eprintln!(
             "wrote {} ({} cubins, {:.1} KiB)",

@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use kart::error::Result;
-use kart::store::maintain;
+use kart::maintain;
 use kart::workspace::Workspace;
 
 use super::print_json;

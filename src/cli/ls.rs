@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use kart::error::Result;
-use kart::store::maintain;
+use kart::maintain;
 use kart::workspace::Workspace;
 
 use super::print_json;
@@ -12,7 +12,7 @@ use super::print_json;
 pub fn run(
     ws: &Workspace,
     kernels: &[String],
-    params: &[(String, kart::build::manifest::ParamValue)],
+    params: &[(String, kart::model::ParamValue)],
     json: bool,
 ) -> Result<ExitCode> {
     let rows = maintain::list(ws, kernels, params)?;

@@ -22,9 +22,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use kart::build::manifest::{ParamValue, Project};
+use kart::build::manifest::Project;
 use kart::build::{Shard, parse_param};
 use kart::error::{Error, Result};
+use kart::model::ParamValue;
 use kart::store::LockMode;
 use kart::target::TargetArch;
 use kart::workspace::Workspace;

@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use kart::build::key::ArtifactKind;
-use kart::build::manifest::{Config, ParamValue};
 use kart::error::{Error, Result};
+use kart::model::ArtifactKind;
+use kart::model::{Config, ParamValue};
 use kart::store::lockfile::describe;
 use kart::target::TargetArch;
 use kart::workspace::Workspace;
@@ -56,7 +56,7 @@ pub fn run(
 
 fn write_materialized(
     store: &kart::store::Store,
-    a: &kart::lockfile::LockedArtifact,
+    a: &kart::store::lockfile::LockedArtifact,
     json: bool,
 ) -> Result<ExitCode> {
     let path = store
@@ -65,7 +65,7 @@ fn write_materialized(
     let up_to_date = std::fs::read(&path).is_ok_and(|b| kart::digest::sha256_hex(&b) == a.digest);
     if !up_to_date {
         let bytes = store.read_blob(&a.digest, Some(a.size))?;
-        kart::fsutil::write_atomic(&path, &bytes)?;
+        kart::store::fsutil::write_atomic(&path, &bytes)?;
     }
     if json {
         let entries: Vec<serde_json::Value> = a

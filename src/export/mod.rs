@@ -10,9 +10,10 @@ use std::io::Write;
 use base64::Engine;
 use serde_json::json;
 
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::{Config, ParamValue, Project};
+use crate::build::manifest::Project;
 use crate::error::{Error, Result};
+use crate::model::ArtifactKind;
+use crate::model::{Config, ParamValue};
 use crate::store::Store;
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;
@@ -35,7 +36,7 @@ impl std::str::FromStr for Selector {
     type Err = String;
     fn from_str(s: &str) -> std::result::Result<Selector, String> {
         let (kernel, rest) = s.split_once(':').unwrap_or((s, ""));
-        if !crate::build::manifest::is_c_identifier(kernel) {
+        if !crate::untrusted::is_c_identifier(kernel) {
             return Err(format!(
                 "`{s}`: write KERNEL or KERNEL:NAME=VALUE,NAME=VALUE"
             ));

@@ -12,10 +12,11 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::build::manifest::{Config, Project};
+use crate::build::manifest::Project;
 use crate::error::{Error, RemoteFailure, Result};
+use crate::model::Config;
 use crate::remote::{REMOTE_ENV, Remote, RemoteSettings, parallel_map};
-use crate::runtime::resolve::{Capability, JitPolicy};
+use crate::resolve::{Capability, JitPolicy};
 use crate::store::ActionEntry;
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;
@@ -324,11 +325,11 @@ pub struct Wanted<'a> {
     /// The kernel's name.
     pub kernel: &'a str,
     /// The config.
-    pub config: &'a crate::build::manifest::Config,
+    pub config: &'a crate::model::Config,
     /// The target, as the lock writes it.
     pub target: String,
     /// cubin or PTX.
-    pub kind: crate::build::key::ArtifactKind,
+    pub kind: crate::model::ArtifactKind,
 }
 
 impl Wanted<'_> {

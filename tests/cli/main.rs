@@ -1,11 +1,9 @@
 //! CPU-side integration tests: the real `kart` binary and the real pinned nvcc on small
 //! fixture kernels (installed by `scripts/setup`). No GPU needed.
 
-mod campaigns;
 mod harness;
 mod libraries;
 mod malformed;
-mod nginx;
 mod remote;
 mod templates;
 mod trust;

@@ -4,7 +4,7 @@
 use std::time::{Duration, Instant};
 
 use crate::harness::{TestProject, lock_digests, stderr, stdout, text};
-use crate::nginx::{Nginx, TOKEN};
+use kart_testkit::nginx::{Nginx, TOKEN};
 
 const GRID: &str = "[params]\nA = [1, 2, 3]\nB = [16, 32]\n";
 const GRID_BODY: &str = "out[threadIdx.x] = A * 1000 + B;";

@@ -8,7 +8,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use crate::harness::{TestProject, lock_digests, repo_root, stderr, stdout, text};
-use crate::nginx::Nginx;
+use kart_testkit::nginx::Nginx;
 
 const GRID: &str = "[params]\nA = [1, 2]\nB = [16]\n";
 const GRID_BODY: &str = "out[threadIdx.x] = A * 1000 + B;";

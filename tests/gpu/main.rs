@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use kart::build::manifest::Project;
 use kart::build::{BuildOptions, Silent, Workspace, build};
-use kart::manifest::{Config, ParamValue, Project};
+use kart::model::{Config, ParamValue};
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
 
@@ -342,7 +343,7 @@ fn more_than_48k_of_shared_memory_launches(f: &Fixture, gpu: &Gpu) -> TestResult
         shared_bytes: smem,
     };
     // [launch] sees SMS, the GPU's multiprocessors, unless the problem names it.
-    let problem = |pairs: &[(&str, i64)]| -> kart::tune::Problem {
+    let problem = |pairs: &[(&str, i64)]| -> kart::model::Problem {
         pairs.iter().map(|(k, v)| (k.to_string(), *v)).collect()
     };
     let from_gpu = k
@@ -842,7 +843,7 @@ fn a_variant_is_called_as_its_base_and_chosen_on_hopper(_: &Fixture, gpu: &Gpu) 
     let e = |e: kart::error::Error| e.to_string();
     let d = |e: cudarc::driver::DriverError| e.to_string();
     let (b, h, s, hd) = (2usize, 3usize, 300usize, 64usize);
-    let problem: kart::tune::Problem = [
+    let problem: kart::model::Problem = [
         ("B".to_string(), b as i64),
         ("H".to_string(), h as i64),
         ("S".to_string(), s as i64),

@@ -7,9 +7,9 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::build::compile::{CompileJob, compile};
-use crate::build::manifest::Config;
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
+use crate::model::Config;
 use crate::store::lockfile::LockedArtifact;
 use crate::workspace::Workspace;
 
@@ -240,7 +240,7 @@ pub struct ListRow {
 pub fn list(
     ws: &Workspace,
     kernels: &[String],
-    params: &[(String, crate::build::manifest::ParamValue)],
+    params: &[(String, crate::model::ParamValue)],
 ) -> Result<Vec<ListRow>> {
     let attest = crate::attest::AttestFile::read(
         &ws.project.root.join(crate::attest::ATTEST_FILE),
@@ -263,7 +263,7 @@ pub fn list(
             Some("run `kart build KERNEL` to add a kernel to the lock".into()),
         ));
     }
-    let wanted: std::collections::BTreeMap<String, crate::build::manifest::ParamValue> =
+    let wanted: std::collections::BTreeMap<String, crate::model::ParamValue> =
         params.iter().cloned().collect();
     Ok(lock
         .artifacts

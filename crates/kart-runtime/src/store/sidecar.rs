@@ -8,8 +8,8 @@ use std::path::Path;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::build::manifest::{SourceFile, read_text};
 use crate::error::Result;
+use crate::text::{SourceFile, read_text};
 
 /// A record that failed its check: where in the text, what, and what to do.
 pub struct BadRecord {

@@ -611,7 +611,7 @@ mod tests {
     #[test]
     fn the_shared_table_of_cases() {
         let cases: Vec<Case> =
-            serde_json::from_str(include_str!("../../tests/data/expr.json")).unwrap();
+            serde_json::from_str(include_str!("../../../tests/data/expr.json")).unwrap();
         assert!(cases.len() >= 40);
         for c in cases {
             let got = Expr::parse(&c.expr).and_then(|e| e.evaluate(&JsonEnv(c.env.clone())));

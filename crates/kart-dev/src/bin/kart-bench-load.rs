@@ -7,9 +7,10 @@
 
 use std::time::{Duration, Instant};
 
+use kart::build::manifest::Project;
 use kart::build::{BuildOptions, Silent, Workspace, build};
-use kart::key::ArtifactKind;
-use kart::manifest::{Config, Project};
+use kart::model::ArtifactKind;
+use kart::model::Config;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
 
@@ -151,7 +152,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         (
             "big",
-            Config([("STEPS".to_string(), kart::manifest::ParamValue::Int(4096))].into()),
+            Config([("STEPS".to_string(), kart::model::ParamValue::Int(4096))].into()),
             BIG_CU,
             &["STEPS=4096"][..],
         ),

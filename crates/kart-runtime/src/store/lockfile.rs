@@ -8,12 +8,13 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::{Config, SourceFile, read_text};
+use crate::cubin::EntryInfo;
 use crate::digest::is_sha256_hex;
 use crate::error::Result;
-use crate::runtime::cubin::EntryInfo;
+use crate::model::ArtifactKind;
+use crate::model::Config;
 use crate::target::TargetArch;
+use crate::text::{SourceFile, read_text};
 
 /// The lock's file name, beside `kart.toml`.
 pub const LOCK_FILE: &str = "kart.lock";
@@ -63,7 +64,7 @@ pub struct LockedKernel {
     /// The kernel's name.
     pub name: String,
     /// `[launch]`, as written.
-    pub launch: crate::build::grid::LaunchText,
+    pub launch: crate::launch::LaunchText,
 }
 
 impl LockedArtifact {
@@ -107,14 +108,14 @@ impl LockedArtifact {
 /// under `policy` (the runtime's resolution rules), if any.
 pub fn pick<'a>(
     group: &[&'a LockedArtifact],
-    capability: crate::runtime::resolve::Capability,
-    policy: crate::runtime::resolve::JitPolicy,
+    capability: crate::resolve::Capability,
+    policy: crate::resolve::JitPolicy,
 ) -> Option<&'a LockedArtifact> {
     let available: Vec<(TargetArch, ArtifactKind)> = group
         .iter()
         .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
         .collect();
-    let (target, kind) = crate::runtime::resolve::resolve(capability, &available, policy)?;
+    let (target, kind) = crate::resolve::resolve(capability, &available, policy)?;
     group
         .iter()
         .copied()
@@ -165,7 +166,7 @@ impl Lockfile {
     }
 
     /// The `[launch]` of `kernel`, parsed, if the lock records one.
-    pub fn launch(&self, kernel: &str) -> Option<&crate::build::grid::LaunchText> {
+    pub fn launch(&self, kernel: &str) -> Option<&crate::launch::LaunchText> {
         self.kernels
             .iter()
             .find(|k| k.name == kernel)
@@ -245,7 +246,7 @@ impl Lockfile {
                     "regenerate the lock with `kart build`",
                 ));
             }
-            if let Err(e) = crate::build::grid::LaunchSpec::from_text(&k.launch) {
+            if let Err(e) = crate::launch::LaunchSpec::from_text(&k.launch) {
                 let offset = text.find(&format!("name = \"{}\"", k.name)).unwrap_or(0);
                 return Err(file.error(
                     offset..offset,
@@ -293,8 +294,8 @@ pub fn lock_path(root: &Path) -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::build::manifest::ParamValue;
     use crate::error::Error;
+    use crate::model::ParamValue;
 
     fn artifact(kernel: &str, block: i64) -> LockedArtifact {
         LockedArtifact {

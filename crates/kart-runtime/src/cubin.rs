@@ -41,7 +41,7 @@ pub struct EntryInfo {
     /// The declared kinds of the parameters (`kernel.toml` `[signature]`), checked
     /// against `params` at build time.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub signature: Option<Vec<crate::runtime::signature::ParamKind>>,
+    pub signature: Option<Vec<crate::signature::ParamKind>>,
 }
 
 impl EntryInfo {
@@ -325,7 +325,7 @@ mod tests {
     /// it for sm_90; its parameter records must read back as 8, 8, 4, 4, 4.
     #[test]
     fn param_sizes_come_from_the_cubin() {
-        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
         let nvcc = root.join(".toolchain/py/nvidia/cu13/bin/nvcc");
         if !nvcc.is_file() {
             panic!("run scripts/setup first (the pinned nvcc is missing)");

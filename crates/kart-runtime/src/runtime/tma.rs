@@ -229,7 +229,8 @@ mod tests {
             assert!(TmaType::from_name(name).is_some(), "{name}");
             // The exported loader's `tensor_map` takes the same names.
             assert!(
-                include_str!("../export/loader.py").contains(&format!("\"{name}\": (")),
+                include_str!("../../../../src/export/loader.py")
+                    .contains(&format!("\"{name}\": (")),
                 "{name} missing from loader.py's _TMA_TYPES"
             );
         }

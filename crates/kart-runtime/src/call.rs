@@ -19,8 +19,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::expr::{Env, Expr, ExprError};
-use crate::runtime::signature::ParamKind;
+use crate::expr::{Env, Expr, ExprError};
+use crate::signature::ParamKind;
 
 /// One kernel parameter, as kart makes it.
 #[derive(Clone, Debug, PartialEq, Eq)]

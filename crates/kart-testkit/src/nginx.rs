@@ -1,6 +1,6 @@
-//! A real HTTP cache server for the remote tests: Debian's nginx-light (WebDAV PUT) on a
-//! free loopback port, rooted in a temp folder, stopped when dropped. `scripts/setup`
-//! installs it.
+//! A real HTTP cache server for the remote tests, the benchmarks and the campaigns:
+//! Debian's nginx-light (WebDAV PUT) on a free loopback port, rooted in a temp folder,
+//! stopped when dropped. `scripts/test` installs it.
 //!
 //! Locations: `/kart/` stores anything (GET/HEAD/PUT) and answers 503 while the file
 //! `fail` exists in the server folder (a server failing for a while); `/auth/` needs
@@ -8,51 +8,74 @@
 //! redirect to another host.
 
 use std::net::{TcpListener, TcpStream};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
+/// The bearer token `/auth/` wants.
 pub const TOKEN: &str = "s3cret-token";
 
+/// A running nginx; stopped on drop.
 pub struct Nginx {
     child: Child,
     dir: tempfile::TempDir,
+    /// Its loopback port.
     pub port: u16,
 }
 
-fn nginx_binary() -> PathBuf {
-    for candidate in ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"] {
-        if Path::new(candidate).is_file() {
-            return candidate.into();
-        }
-    }
-    panic!("nginx is not installed: run scripts/setup (it installs Debian's nginx-light)");
+/// The installed nginx binary, if any.
+pub fn binary() -> Option<PathBuf> {
+    ["/usr/sbin/nginx", "/usr/local/sbin/nginx", "/usr/bin/nginx"]
+        .into_iter()
+        .map(PathBuf::from)
+        .find(|p| p.is_file())
+}
+
+/// Whether nginx is installed.
+pub fn available() -> bool {
+    binary().is_some()
 }
 
 impl Nginx {
+    /// Starts nginx, logging every request; panics when it cannot (a test's setup).
     pub fn start() -> Nginx {
-        let binary = nginx_binary();
+        Nginx::try_start(true).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Starts nginx; `access_log` off for benchmarks, where writing a log line per
+    /// request would be part of what is measured.
+    pub fn try_start(access_log: bool) -> Result<Nginx, String> {
+        let binary = binary()
+            .ok_or("nginx is not installed: run scripts/test, or `apt-get install nginx-light`")?;
+        let io = |what: &str, e: std::io::Error| format!("nginx harness: cannot {what}: {e}");
         for _ in 0..5 {
             let dir = tempfile::Builder::new()
                 .prefix("kart-nginx-")
                 .tempdir()
-                .unwrap();
+                .map_err(|e| io("create a temp folder", e))?;
             let port = TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
+                .and_then(|l| l.local_addr())
+                .map_err(|e| io("find a free port", e))?
                 .port();
             let d = dir.path().display();
-            std::fs::create_dir_all(dir.path().join("www/kart")).unwrap();
-            std::fs::create_dir_all(dir.path().join("www/auth")).unwrap();
+            for folder in ["www/kart", "www/auth"] {
+                std::fs::create_dir_all(dir.path().join(folder))
+                    .map_err(|e| io("create the served folder", e))?;
+            }
+            let log = if access_log {
+                format!("{d}/access.log")
+            } else {
+                "off".to_string()
+            };
             let conf = format!(
                 r#"daemon off;
 master_process off;
 pid {d}/nginx.pid;
 error_log {d}/error.log;
-events {{ worker_connections 512; }}
+events {{ worker_connections 1024; }}
 http {{
-  access_log {d}/access.log;
+  access_log {log};
+  keepalive_requests 100000;
   client_body_temp_path {d}/body;
   proxy_temp_path {d}/proxy;
   fastcgi_temp_path {d}/fastcgi;
@@ -78,7 +101,8 @@ http {{
 }}
 "#
             );
-            std::fs::write(dir.path().join("nginx.conf"), conf).unwrap();
+            std::fs::write(dir.path().join("nginx.conf"), conf)
+                .map_err(|e| io("write nginx.conf", e))?;
             let mut child = Command::new(&binary)
                 .arg("-c")
                 .arg(dir.path().join("nginx.conf"))
@@ -88,11 +112,11 @@ http {{
                 .stdout(Stdio::null())
                 .stderr(Stdio::null())
                 .spawn()
-                .unwrap();
+                .map_err(|e| io("start nginx", e))?;
             let start = Instant::now();
             while start.elapsed() < Duration::from_secs(10) {
                 if TcpStream::connect(("127.0.0.1", port)).is_ok() {
-                    return Nginx { child, dir, port };
+                    return Ok(Nginx { child, dir, port });
                 }
                 if let Ok(Some(_)) = child.try_wait() {
                     break; // the port was taken in between: try another
@@ -102,7 +126,7 @@ http {{
             let _ = child.kill();
             let _ = child.wait();
         }
-        panic!("nginx did not start on loopback");
+        Err("nginx did not start on loopback (five tries)".into())
     }
 
     /// `http://127.0.0.1:PORT/{path}`.

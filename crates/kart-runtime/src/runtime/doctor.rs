@@ -6,9 +6,9 @@ use std::collections::BTreeMap;
 
 use serde::Serialize;
 
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::Config;
-use crate::runtime::resolve::{Capability, JitPolicy, cubin_fit, required_driver_version};
+use crate::model::ArtifactKind;
+use crate::model::Config;
+use crate::resolve::{Capability, JitPolicy, cubin_fit, required_driver_version};
 use crate::store::Store;
 use crate::store::lockfile::{LockedArtifact, Lockfile, pick};
 use crate::target::{ArchVariant, TargetArch};
@@ -230,13 +230,7 @@ mod tests {
     fn artifact(kernel: &str, block: i64, target: &str, kind: ArtifactKind) -> LockedArtifact {
         let mut a = LockedArtifact {
             kernel: kernel.into(),
-            config: Config(
-                [(
-                    "BLOCK".to_string(),
-                    crate::build::manifest::ParamValue::Int(block),
-                )]
-                .into(),
-            ),
+            config: Config([("BLOCK".to_string(), crate::model::ParamValue::Int(block))].into()),
             target: target.into(),
             kind,
             key: String::new(),

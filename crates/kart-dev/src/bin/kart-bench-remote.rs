@@ -18,9 +18,7 @@ use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-#[path = "common/nginx.rs"]
-mod nginx;
-use nginx::Nginx;
+use kart_testkit::nginx::Nginx;
 
 /// Cubin-like bytes of `size`: 16-byte "instructions" drawn from a small pool, with
 /// some noise, so they compress about as well as real cubins (3–4×).
@@ -199,7 +197,9 @@ fn main() -> Res<()> {
         blobs.iter().map(|(_, b)| b.len()).min().unwrap_or(0),
         blobs.iter().map(|(_, b)| b.len()).max().unwrap_or(0)
     );
-    let nginx = Nginx::start()?;
+    let nginx = Nginx::try_start(false)?;
+    std::fs::create_dir_all(nginx.www().join("kart/cas"))?;
+    std::fs::create_dir_all(nginx.www().join("kart/ac"))?;
     for (d, b) in &blobs {
         std::fs::write(nginx.www().join("kart/cas").join(d), b)?;
     }

@@ -7,10 +7,7 @@
 //! machine without CUDA and gets [`Error::Environment`] ("no CUDA driver") when it asks
 //! for a GPU.
 
-pub mod cubin;
 pub mod doctor;
-pub mod resolve;
-pub mod signature;
 pub mod tma;
 
 use std::collections::HashMap;
@@ -21,14 +18,14 @@ use std::time::{Duration, Instant};
 use cudarc::driver::sys;
 use cudarc::driver::{CudaContext, CudaFunction, CudaModule, CudaStream};
 
-use crate::build::expr::{Env, Layered, Value};
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::{Config, Project};
 use crate::error::{Error, Result};
-use crate::runtime::resolve::{
+use crate::expr::{Env, Layered, Value};
+use crate::model::ArtifactKind;
+use crate::model::Config;
+use crate::resolve::{
     Capability, JitPolicy, driver_branch, format_cuda_version, required_driver_version, resolve,
 };
-use crate::runtime::signature::ParamKind;
+use crate::signature::ParamKind;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
 use crate::store::{LockMode, Store};
 use crate::target::TargetArch;
@@ -44,7 +41,7 @@ pub struct Runtime {
 impl Runtime {
     /// Opens the project found from `start` (its `kart.lock` and store).
     pub fn open(start: &Path) -> Result<Runtime> {
-        let project = Project::discover(start)?;
+        let project = crate::locate::project(start)?;
         let lock =
             Lockfile::read(&lock_path(&project.root), Path::new(LOCK_FILE))?.ok_or_else(|| {
                 Error::usage(
@@ -207,7 +204,7 @@ pub struct LoadedArtifact {
     /// Where the load's time went.
     pub timings: LoadTimings,
     /// The kernel's `[launch]` geometry, when the lock records one.
-    pub launch: Option<crate::build::grid::LaunchSpec>,
+    pub launch: Option<crate::launch::LaunchSpec>,
     /// The multiprocessors of the GPU it was loaded on (`SMS` in `[launch]`).
     pub multiprocessors: u32,
     /// Tensor maps `[launch.args]` made, by (parameter, pointer, shape, tile): a
@@ -257,7 +254,7 @@ impl LoadedArtifact {
     /// this config and `problem` (named integers: `B`, `H`, `S`, …). `SMS` is the GPU's
     /// multiprocessor count unless the problem names it (persistent kernels size their
     /// grid by it).
-    pub fn dims(&self, problem: &crate::tune::Problem) -> Result<LaunchDims> {
+    pub fn dims(&self, problem: &crate::model::Problem) -> Result<LaunchDims> {
         let Some(spec) = &self.launch else {
             return Err(Error::usage(
                 format!(
@@ -295,7 +292,7 @@ impl LoadedArtifact {
     pub fn launch_problem(
         &self,
         entry: &str,
-        problem: &crate::tune::Problem,
+        problem: &crate::model::Problem,
         stream: &CudaStream,
         args: &[KernelArg],
     ) -> Result<()> {
@@ -315,11 +312,11 @@ impl LoadedArtifact {
     pub fn call_args(
         &self,
         entry: &str,
-        spec: &[crate::build::call::ArgSpec],
-        problem: &crate::tune::Problem,
+        spec: &[crate::call::ArgSpec],
+        problem: &crate::model::Problem,
         args: &[KernelArg],
     ) -> Result<Vec<KernelArg>> {
-        use crate::build::call::{MadeArg, make_args};
+        use crate::call::{MadeArg, make_args};
         let builtins = LaunchBuiltins {
             multiprocessors: self.multiprocessors,
         };
@@ -663,7 +660,7 @@ impl KernelArg {
 /// Checks launch arguments against an entry's signature, else its parameter sizes.
 pub fn check_args(
     artifact: &str,
-    entry: &crate::runtime::cubin::EntryInfo,
+    entry: &crate::cubin::EntryInfo,
     args: &[KernelArg],
 ) -> Result<()> {
     let given: Vec<std::borrow::Cow<str>> = args.iter().map(|a| a.kind().name()).collect();
@@ -816,12 +813,10 @@ impl Gpu {
                     hint: None,
                 })?;
         let fits = match artifact.kind {
-            ArtifactKind::Cubin => {
-                crate::runtime::resolve::cubin_fit(target, self.capability).is_some()
-            }
+            ArtifactKind::Cubin => crate::resolve::cubin_fit(target, self.capability).is_some(),
             ArtifactKind::Ptx => {
                 self.policy == JitPolicy::AllowPtx
-                    && crate::runtime::resolve::ptx_fit(target, self.capability).is_some()
+                    && crate::resolve::ptx_fit(target, self.capability).is_some()
             }
         };
         if !fits {
@@ -839,16 +834,15 @@ impl Gpu {
         let bytes = rt.store.read_blob(&artifact.digest, Some(artifact.size))?;
         let t1 = Instant::now();
         let mut loaded = self.load_verified(artifact.clone(), bytes, t1 - t0)?;
-        loaded.launch =
-            match rt.lock().launch(&artifact.kernel) {
-                Some(text) => Some(crate::build::grid::LaunchSpec::from_text(text).map_err(
-                    |e| Error::NotLoadable {
-                        message: format!("[launch] of `{}` in kart.lock: {e}", artifact.kernel),
-                        hint: Some("regenerate kart.lock with `kart build`".into()),
-                    },
-                )?),
-                None => None,
-            };
+        loaded.launch = match rt.lock().launch(&artifact.kernel) {
+            Some(text) => Some(crate::launch::LaunchSpec::from_text(text).map_err(|e| {
+                Error::NotLoadable {
+                    message: format!("[launch] of `{}` in kart.lock: {e}", artifact.kernel),
+                    hint: Some("regenerate kart.lock with `kart build`".into()),
+                }
+            })?),
+            None => None,
+        };
         Ok(loaded)
     }
 
@@ -940,7 +934,7 @@ fn force_load(f: &CudaFunction, driver_version: i32) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::runtime::cubin::EntryInfo;
+    use crate::cubin::EntryInfo;
 
     #[test]
     fn launch_arguments_are_checked_against_the_signature_or_the_sizes() {
@@ -963,7 +957,14 @@ mod tests {
         assert!(check_args("smoke", &entry, &swapped).is_ok());
         let err = check_args("smoke", &entry, &good[..4]).unwrap_err();
         assert!(err.to_string().contains("sizes [8, 8, 4, 4, 4]"), "{err}");
-        entry.signature = Some(crate::smoke::SMOKE_SIGNATURE.to_vec());
+        // The smoke kernel's: (const float* x, float* y, float a, float b, int n).
+        entry.signature = Some(vec![
+            ParamKind::Ptr,
+            ParamKind::Ptr,
+            ParamKind::F32,
+            ParamKind::F32,
+            ParamKind::I32,
+        ]);
         let err = check_args("smoke", &entry, &swapped).unwrap_err();
         assert!(
             err.to_string().contains("[ptr, ptr, f32, f32, i32]")

@@ -21,7 +21,6 @@
 
 pub mod fsutil;
 pub mod lockfile;
-pub mod maintain;
 pub mod sidecar;
 
 use std::fs::{File, TryLockError};
@@ -30,11 +29,11 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::key::ArtifactKind;
-use crate::build::manifest::Config;
+use crate::cubin::EntryInfo;
 use crate::digest::{Preimage, is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::runtime::cubin::EntryInfo;
+use crate::model::ArtifactKind;
+use crate::model::Config;
 use crate::store::fsutil::{read_bounded, sweep_temp_files, write_atomic};
 
 /// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes

@@ -2,7 +2,7 @@
 //! functions, tested against the table in `tests/data/resolution.json` (which the
 //! Python loader's tests reuse).
 
-use crate::build::key::ArtifactKind;
+use crate::model::ArtifactKind;
 use crate::target::{ArchVariant, TargetArch};
 
 /// Whether the driver may JIT-compile PTX. Off unless the caller asks: a JIT on the
@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn resolution_table() {
         let cases: Vec<Case> =
-            serde_json::from_str(include_str!("../../tests/data/resolution.json")).unwrap();
+            serde_json::from_str(include_str!("../../../tests/data/resolution.json")).unwrap();
         assert!(cases.len() >= 15);
         for c in cases {
             let (major, minor) = c.device.split_once('.').unwrap();

@@ -26,8 +26,7 @@ use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
-#[path = "common/nginx.rs"]
-mod nginx;
+use kart_testkit::nginx;
 
 /// The campaigns' remote cache: nginx on loopback where it is installed, else a
 /// `file://` folder (said in the output). `dir` holds its `cas/` and `ac/` folders.
@@ -39,7 +38,10 @@ struct RemoteHost {
 
 fn remote_host(root: &Path, force_file: bool) -> Res<RemoteHost> {
     if !force_file && nginx::available() {
-        let server = nginx::Nginx::start()?;
+        let server = nginx::Nginx::try_start(false)?;
+        for folder in ["kart/cas", "kart/ac"] {
+            std::fs::create_dir_all(server.www().join(folder))?;
+        }
         return Ok(RemoteHost {
             url: format!("http://127.0.0.1:{}/kart", server.port),
             dir: server.www().join("kart"),
@@ -574,7 +576,7 @@ fn corruption(env: &mut Env, cases: usize) -> Res<bool> {
 
 /// The params and target of the (first) artifact with `digest` in lock text.
 fn lock_artifact(lock: &str, digest: &str) -> (Vec<String>, String) {
-    let parsed = kart::lockfile::Lockfile::parse(lock, Path::new("kart.lock")).ok();
+    let parsed = kart::store::lockfile::Lockfile::parse(lock, Path::new("kart.lock")).ok();
     parsed
         .and_then(|l| {
             l.artifacts

@@ -1,0 +1,42 @@
+//! kart's runtime: what a program that runs kernels needs and nothing more. It reads
+//! `kart.lock`, `kart.tune` and the content-addressed store, picks the artifact a GPU
+//! should run, checks its sha256, loads it through the CUDA driver (loaded at run time:
+//! a program using this crate starts on a machine without CUDA), and launches it with
+//! the geometry and arguments the kernel declared. No nvcc, NVRTC or JIT, and no build
+//! machinery: the `kart` crate builds on this one.
+//!
+//! The modules, each importing only those above it:
+//! - [`error`], [`digest`], [`untrusted`] (checks of text read from files and
+//!   remotes), [`failpoint`], [`target`]: the ground floor;
+//! - [`expr`] (the expression language of `require`, `[derived]` and `[launch]`),
+//!   [`model`] (configs, param values, artifact kinds, problems), [`text`] (reading a
+//!   TOML file with errors at line and column), [`locate`] (finding a project and its
+//!   store);
+//! - [`call`] and [`launch`]: how a kernel is called (`[launch]`, `[launch.args]`);
+//! - [`store`]: the store, `kart.lock` and the committed sidecar files;
+//! - [`runtime`]: resolving, verifying, loading and launching; what a cubin says about
+//!   itself ([`cubin`]), tensor maps ([`runtime::tma`]), `doctor`'s checks;
+//! - [`tune`]: `kart.tune` and `best()`.
+#![deny(missing_docs)]
+
+pub mod call;
+pub mod cubin;
+pub mod digest;
+pub mod error;
+pub mod expr;
+pub mod failpoint;
+pub mod launch;
+pub mod locate;
+pub mod model;
+pub mod resolve;
+pub mod runtime;
+pub mod signature;
+pub mod store;
+pub mod target;
+pub mod text;
+pub mod tune;
+pub mod untrusted;
+
+pub use error::{Error, Result};
+pub use model::{ArtifactKind, Config, ParamValue, Problem};
+pub use runtime::{Gpu, LoadedArtifact, Runtime};

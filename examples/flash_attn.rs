@@ -21,8 +21,8 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::f16;
-use kart::build::manifest::{Kernel, Project};
 use kart::model::Config;
+use kart::project::{Kernel, Project};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 

@@ -4,17 +4,18 @@
 //!
 //! This crate builds; the `kart-runtime` crate loads. Everything of the runtime crate
 //! is re-exported here under the same module names ([`store`], [`runtime`], [`model`],
-//! …), so a build tool and a loader share one vocabulary. The modules of this crate, in
-//! the order data flows through them:
-//! - [`build`]: the project language (`kart.toml`, `kernel.toml`: [`build::manifest`],
-//!   the grid [`build::grid`], entries [`build::entry`], header libraries), nvcc
-//!   ([`build::toolchain`]), the action key ([`build::key`]), one nvcc run
-//!   ([`build::compile`], [`build::process`]), and planning and running a build;
-//! - [`workspace`]: a project opened with its store, and the check of lock digests;
+//! …), so a build tool and a loader share one vocabulary. The modules of this crate,
+//! each importing only those before it (`scripts/check-layout` checks it):
+//! - [`project`]: the project language, `kart.toml` and `kernel.toml` read and checked
+//!   ([`project::manifest`]), a kernel ([`project::kernel`]), its grid
+//!   ([`project::grid`]) and template entries ([`project::entry`]);
 //! - [`remote`]: the shared cache over HTTP or a folder, and moving artifacts between
 //!   it and the store ([`remote::transfer`]);
-//! - [`maintain`]: `verify`, `gc`, `ls`;
-//! - [`smoke`]: the whole loop on the built-in smoke kernel; [`attest`]: `kart.attest`;
+//! - [`build`]: nvcc ([`build::toolchain`]), header libraries, the action key
+//!   ([`build::key`]), one nvcc run ([`build::compile`], [`build::process`]), a project
+//!   opened with its store ([`build::workspace`]), the built-in smoke kernel
+//!   ([`build::smoke`]), and planning and running a build;
+//! - [`maintain`]: `verify`, `gc`, `ls`; [`attest`]: `kart.attest`;
 //! - [`tune`]: offline tuning (and, from the runtime crate, `kart.tune` and `best()`);
 //! - [`export`]: a self-contained Python module of cubins and a loader.
 #![deny(missing_docs)]
@@ -23,10 +24,9 @@ pub mod attest;
 pub mod build;
 pub mod export;
 pub mod maintain;
+pub mod project;
 pub mod remote;
-pub mod smoke;
 pub mod tune;
-pub mod workspace;
 
 pub use kart_runtime::{Error, Result};
 pub use kart_runtime::{

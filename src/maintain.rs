@@ -7,11 +7,11 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::build::compile::{CompileJob, compile};
+use crate::build::workspace::Workspace;
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
 use crate::model::Config;
 use crate::store::lockfile::LockedArtifact;
-use crate::workspace::Workspace;
 
 /// What `kart verify` found.
 #[derive(Debug, Default, Serialize)]
@@ -31,7 +31,7 @@ pub struct VerifyReport {
     /// Artifacts rebuilt.
     pub rebuilt: usize,
     /// The lock's digests against the action entries of their keys.
-    pub digests: crate::workspace::DigestCheck,
+    pub digests: crate::build::workspace::DigestCheck,
 }
 
 impl VerifyReport {

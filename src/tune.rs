@@ -9,7 +9,7 @@ use kart_runtime::runtime::{Gpu, LoadedArtifact, Runtime};
 use kart_runtime::store::lockfile::LockedArtifact;
 pub use kart_runtime::tune::*;
 
-use crate::build::manifest::Kernel;
+use crate::project::Kernel;
 
 impl TunedKernel for Kernel {
     fn name(&self) -> &str {
@@ -233,7 +233,7 @@ mod tests {
             gpu in proptest::sample::select(vec!["NVIDIA H200", "NVIDIA H100 80GB HBM3", "other"]),
         ) {
             let root = Path::new(env!("CARGO_MANIFEST_DIR"));
-            let project = crate::build::manifest::Project::discover(root).unwrap();
+            let project = crate::project::Project::discover(root).unwrap();
             let lock = Lockfile::read(&root.join("kart.lock"), Path::new("kart.lock")).unwrap().unwrap();
             let tune = TuneFile::read(&root.join(TUNE_FILE), Path::new(TUNE_FILE)).unwrap();
             let cache = BestCache::new();

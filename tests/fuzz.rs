@@ -223,14 +223,14 @@ fn fuzz_manifests() {
         std::fs::write(root.join("kart.toml"), b).map_err(|_| ())?;
         std::fs::write(root.join("kernels/flash_attn/kernel.toml"), &good_kernel)
             .map_err(|_| ())?;
-        kart::build::manifest::Project::load(root)
+        kart::project::Project::load(root)
             .map(|_| Vec::new())
             .map_err(|_| ())
     });
     fuzz("kernel.toml", &good_kernel, |b| {
         std::fs::write(root.join("kart.toml"), &good_kart).map_err(|_| ())?;
         std::fs::write(root.join("kernels/flash_attn/kernel.toml"), b).map_err(|_| ())?;
-        let project = kart::build::manifest::Project::load(root).map_err(|_| ())?;
+        let project = kart::project::Project::load(root).map_err(|_| ())?;
         // Accepted sources must resolve inside the project.
         for k in &project.kernels {
             for s in &k.sources {

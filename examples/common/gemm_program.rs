@@ -15,8 +15,8 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
-use kart::build::manifest::{Kernel, Project};
 use kart::model::Config;
+use kart::project::{Kernel, Project};
 use kart::runtime::{Gpu, LoadedArtifact, Runtime};
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 

@@ -5,8 +5,6 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::build::entry::{TemplateEntry, find_symbols, translation_unit};
-use crate::build::manifest::Kernel;
 use crate::build::process::run_with_timeout;
 use crate::build::toolchain::Toolchain;
 use crate::cubin::{
@@ -15,6 +13,8 @@ use crate::cubin::{
 };
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::project::Kernel;
+use crate::project::entry::{TemplateEntry, find_symbols, translation_unit};
 use crate::signature::check_signature;
 use crate::target::TargetArch;
 

@@ -7,12 +7,13 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::build::manifest::{KERNEL_FILE, Kernel};
-use crate::build::toolchain::{Toolchain, collect_files};
+use crate::build::toolchain::Toolchain;
+use crate::build::tree::collect_files;
 use crate::digest::{Preimage, sha256_file};
 use crate::error::Result;
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::project::{KERNEL_FILE, Kernel};
 use crate::target::TargetArch;
 
 /// Bump when anything about the key's inputs or encoding changes: every key changes
@@ -95,7 +96,7 @@ pub fn action_preimage(
         p.push("entry", serde_json::to_string(&written).unwrap_or_default());
     }
     // Only when not the default, so that existing kernels keep their keys.
-    if kernel.param_macros != crate::build::manifest::ParamMacros::Auto {
+    if kernel.param_macros != crate::project::ParamMacros::Auto {
         p.push("param macros", kernel.param_macros.name());
     }
     // Only when declared, so that kernels without one keep their keys: the signature

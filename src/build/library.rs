@@ -11,45 +11,11 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::toolchain::{collect_files, hash_tree};
+use crate::build::tree::{collect_files, hash_tree};
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
+use crate::project::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
 use crate::store::fsutil::write_atomic;
-
-/// Where `scripts/setup` installs a pip library, relative to the project root.
-pub const LIBRARY_PREFIX: &str = ".toolchain/lib";
-
-/// A header library declared in `kart.toml`.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Library {
-    /// Its name (`cutlass`), what kernels list in `libraries`.
-    pub name: String,
-    /// Where it comes from: a pinned pip package or a folder of the project.
-    pub source: LibrarySource,
-    /// The folder passed to nvcc with `-I`, relative to the project root.
-    pub include: PathBuf,
-    /// The declared sha256 of the include folder's content.
-    pub sha256: Option<String>,
-}
-
-/// Where a library's headers come from.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum LibrarySource {
-    /// `pip = "nvidia-cutlass==4.2.0.0"`, installed under `.toolchain/lib/NAME`.
-    Pip(String),
-    /// `path = "third_party/cutlass/include"`: vendored in the project.
-    Path,
-}
-
-impl Library {
-    /// What the key records besides the content: the pip pin, or `vendored`.
-    pub fn version(&self) -> String {
-        match &self.source {
-            LibrarySource::Pip(spec) => spec.clone(),
-            LibrarySource::Path => "vendored".to_string(),
-        }
-    }
-}
 
 /// A library's pin as the build uses it: include folder and content hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -60,17 +26,6 @@ pub struct LibraryPin {
     pub version: String,
     /// sha256 over the folder's files (sorted paths and contents' hashes).
     pub sha256: String,
-}
-
-/// `name==version`: a pinned pip requirement.
-pub fn parse_pin(spec: &str) -> Option<(&str, &str)> {
-    let (name, version) = spec.split_once("==")?;
-    let ok = |s: &str| {
-        !s.is_empty()
-            && s.chars()
-                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
-    };
-    (ok(name) && ok(version)).then_some((name, version))
 }
 
 /// Checks that every declared component is installed in the site folder nvcc came from

@@ -2,14 +2,14 @@
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
 pub mod compile;
-pub mod entry;
-pub mod grid;
 pub mod key;
 pub mod library;
-pub mod manifest;
 mod plan;
 pub mod process;
+pub mod smoke;
 pub mod toolchain;
+pub mod tree;
+pub mod workspace;
 
 pub use plan::{Planned, Selection};
 
@@ -20,15 +20,14 @@ use std::time::Duration;
 
 use crate::build::compile::{CompileFailure, CompileJob, compile};
 use crate::build::key::diff_preimages;
-use crate::build::manifest::Project;
 use crate::build::toolchain::Toolchain;
+pub use crate::build::workspace::Workspace;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::model::ParamValue;
-use crate::smoke;
+use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, LockedKernel, Lockfile, lock_path};
 use crate::store::{ActionEntry, ENTRY_FORMAT};
-pub use crate::workspace::Workspace;
 
 /// One slice of a sharded build: `index` of `count` (1-based, as written: `--shard 2/4`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -207,7 +206,7 @@ pub fn build(
             })
             .collect();
         pulled = crate::remote::transfer::pull_missing(
-            ws,
+            &ws.store,
             remote,
             &wanted,
             &old_lock,
@@ -251,8 +250,12 @@ pub fn build(
             .iter()
             .map(|e| (e.key.as_str(), e.digest.as_str()))
             .collect();
-        let report =
-            crate::remote::transfer::push_keys(ws, remote, &keys, &crate::remote::transfer::Quiet)?;
+        let report = crate::remote::transfer::push_keys(
+            &ws.store,
+            remote,
+            &keys,
+            &crate::remote::transfer::Quiet,
+        )?;
         summary.pushed = report.blobs_uploaded;
     }
     let mut mismatches = Vec::new();
@@ -399,7 +402,7 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 }
 
 /// The error for lock records whose digest disagrees with their key's action entry.
-fn digest_mismatch_error(mismatches: &[crate::workspace::DigestMismatch]) -> Error {
+fn digest_mismatch_error(mismatches: &[crate::build::workspace::DigestMismatch]) -> Error {
     let lines: Vec<String> = mismatches.iter().map(|m| format!("  {m}")).collect();
     Error::CheckFailed {
         message: format!(
@@ -427,7 +430,7 @@ fn write_lock(
     planned: &[Planned],
     from_remote: &std::collections::HashMap<String, ActionEntry>,
     old: &Lockfile,
-    mismatches: &mut Vec<crate::workspace::DigestMismatch>,
+    mismatches: &mut Vec<crate::build::workspace::DigestMismatch>,
     reporter: &dyn BuildReporter,
 ) -> Result<(Lockfile, bool)> {
     // A record of a lock in the current format with the same key and identity is kept
@@ -459,7 +462,7 @@ fn write_lock(
             if let Some((entry, from)) = entry
                 && entry.digest != kept.digest
             {
-                mismatches.push(crate::workspace::DigestMismatch {
+                mismatches.push(crate::build::workspace::DigestMismatch {
                     artifact: kept.describe(),
                     key: kept.key.clone(),
                     lock_digest: kept.digest.clone(),
@@ -515,7 +518,7 @@ fn check_locked(
     selected: &[&Planned],
     whole: bool,
     remote: Option<&crate::remote::Remote>,
-) -> Result<crate::workspace::DigestCheck> {
+) -> Result<crate::build::workspace::DigestCheck> {
     let path = lock_path(&ws.project.root);
     let Some(lock) = Lockfile::read(&path, Path::new(LOCK_FILE))? else {
         return Err(Error::CheckFailed {

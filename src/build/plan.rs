@@ -5,16 +5,16 @@ use std::collections::BTreeMap;
 
 use crate::build::BuildReporter;
 use crate::build::key::{action_key, action_preimage, kernel_input_files};
-use crate::build::manifest::{Kernel, Project};
 use crate::build::toolchain::Toolchain;
+use crate::build::workspace::Workspace;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::model::ArtifactKind;
 use crate::model::{Config, ParamValue};
+use crate::project::{Kernel, Project};
 use crate::store::ActionEntry;
 use crate::store::lockfile::describe;
 use crate::target::TargetArch;
-use crate::workspace::Workspace;
 
 /// Which artifacts a command is about. Empty lists mean "all".
 #[derive(Clone, Debug, Default)]

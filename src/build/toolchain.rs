@@ -13,6 +13,7 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
+use crate::build::tree::hash_tree;
 use crate::digest::{Preimage, sha256_file, sha256_hex};
 use crate::error::{Error, IoContext, Result};
 use crate::store::fsutil::write_atomic;
@@ -304,38 +305,6 @@ struct CachedToolchain {
     version: u32,
     stamps: Vec<Stamp>,
     toolchain: Toolchain,
-}
-
-/// sha256 over every file under `dir`: sorted relative paths with their contents' hashes.
-pub fn hash_tree(dir: &Path) -> Result<String> {
-    let mut files = Vec::new();
-    collect_files(dir, dir, &mut files)?;
-    files.sort();
-    let mut p = Preimage::default();
-    for rel in files {
-        let hash = sha256_file(&dir.join(&rel))?;
-        p.push(rel, hash);
-    }
-    Ok(p.digest("kart-tree-v1"))
-}
-
-/// Relative paths (with `/`) of every regular file under `dir`, following symlinks.
-pub fn collect_files(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<()> {
-    if !dir.exists() {
-        return Ok(());
-    }
-    for entry in std::fs::read_dir(dir).at("list", dir)? {
-        let entry = entry.at("list", dir)?;
-        let path = entry.path();
-        let meta = std::fs::metadata(&path).at("stat", &path)?;
-        if meta.is_dir() {
-            collect_files(base, &path, out)?;
-        } else if meta.is_file() {
-            let rel = path.strip_prefix(base).unwrap_or(&path);
-            out.push(rel.to_string_lossy().replace('\\', "/"));
-        }
-    }
-    Ok(())
 }
 
 fn run_nvcc(nvcc: &Path, args: &[&str]) -> Result<String> {

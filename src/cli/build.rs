@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use kart::build::compile::CompileFailure;
+use kart::build::workspace::Workspace;
 use kart::build::{BuildOptions, BuildReporter, Selection, build};
 use kart::error::{Error, Result};
-use kart::workspace::Workspace;
 
 use super::progress::{CliReporter, build_bar};
 use super::{BuildArgs, Cli, open_remote};

@@ -5,10 +5,10 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
+use kart::build::workspace::Workspace;
 use kart::error::Result;
 use kart::resolve::format_cuda_version;
 use kart::runtime::doctor::{Loadability, loadability};
-use kart::workspace::Workspace;
 
 use super::{Cli, print_json};
 

@@ -4,12 +4,12 @@ use std::process::ExitCode;
 
 use kart::build::explain_change;
 use kart::build::key::{action_key, action_preimage, kernel_input_files};
+use kart::build::workspace::Workspace;
 use kart::error::{Error, Result};
 use kart::model::ArtifactKind;
 use kart::model::{Config, ParamValue};
 use kart::store::lockfile::describe;
 use kart::target::TargetArch;
-use kart::workspace::Workspace;
 
 use super::{Cli, print_json};
 

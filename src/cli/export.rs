@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
+use kart::build::workspace::Workspace;
 use kart::error::{Error, Result};
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
-use kart::workspace::Workspace;
 
 use super::Cli;
 

@@ -22,13 +22,13 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use kart::build::manifest::Project;
+use kart::build::workspace::Workspace;
 use kart::build::{Shard, parse_param};
 use kart::error::{Error, Result};
 use kart::model::ParamValue;
+use kart::project::Project;
 use kart::store::LockMode;
 use kart::target::TargetArch;
-use kart::workspace::Workspace;
 
 /// kart (kernel artifacts): compile every config of your CUDA kernels to cubin offline,
 /// keep them by content, load them at run time with no JIT.

@@ -2,12 +2,12 @@
 
 use std::process::ExitCode;
 
+use kart::build::workspace::Workspace;
 use kart::error::{Error, Result};
 use kart::model::ArtifactKind;
 use kart::model::{Config, ParamValue};
 use kart::store::lockfile::describe;
 use kart::target::TargetArch;
-use kart::workspace::Workspace;
 
 /// `kart path`.
 pub fn run(

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
+use kart::build::workspace::Workspace;
 use kart::error::{IoContext, Result};
-use kart::workspace::Workspace;
 
 use super::{Cli, print_json};
 
@@ -11,7 +11,7 @@ use super::{Cli, print_json};
 pub fn run(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<ExitCode> {
     let fallback = ws.project.targets[0];
     let report =
-        kart::smoke::run_smoke(&ws.store, cli.nvcc.as_deref(), &ws.project.root, fallback)?;
+        kart::build::smoke::run_smoke(&ws.store, cli.nvcc.as_deref(), &ws.project.root, fallback)?;
     if json {
         print_json(&report);
     } else {

@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
+use kart::build::workspace::Workspace;
 use kart::error::{Error, Result};
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
-use kart::workspace::Workspace;
 
 use serde::Serialize;
 
@@ -47,7 +47,7 @@ pub fn fetch(
     let selected = kart::remote::transfer::fetch_selection(&lock, kernels, targets, capability);
     let start = Instant::now();
     let bar = TransferBar::new(cli.quiet, "fetch");
-    let report = kart::remote::transfer::fetch(ws, &remote, &selected, &bar)?;
+    let report = kart::remote::transfer::fetch(&ws.store, &remote, &selected, &bar)?;
     drop(bar);
     let secs = start.elapsed().as_secs_f64();
     let ok = report.failed.is_empty()
@@ -109,7 +109,7 @@ pub fn push(cli: &Cli, ws: &Workspace, jobs: usize, json: bool) -> Result<ExitCo
     let lock = ws.lock()?;
     let start = Instant::now();
     let bar = TransferBar::new(cli.quiet, "push");
-    let report = kart::remote::transfer::push(ws, &remote, &lock, &bar)?;
+    let report = kart::remote::transfer::push(&ws.store, &remote, &lock, &bar)?;
     drop(bar);
     if json {
         print_json(&WithRemote {

@@ -10,10 +10,10 @@ use std::io::Write;
 use base64::Engine;
 use serde_json::json;
 
-use crate::build::manifest::Project;
 use crate::error::{Error, Result};
 use crate::model::ArtifactKind;
 use crate::model::{Config, ParamValue};
+use crate::project::Project;
 use crate::store::Store;
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;

@@ -12,15 +12,14 @@ use std::sync::{Arc, Mutex};
 
 use serde::Serialize;
 
-use crate::build::manifest::Project;
 use crate::error::{Error, RemoteFailure, Result};
 use crate::model::Config;
+use crate::project::Project;
 use crate::remote::{REMOTE_ENV, Remote, RemoteSettings, parallel_map};
 use crate::resolve::{Capability, JitPolicy};
-use crate::store::ActionEntry;
 use crate::store::lockfile::{LockedArtifact, Lockfile};
+use crate::store::{ActionEntry, Store};
 use crate::target::TargetArch;
-use crate::workspace::Workspace;
 
 /// Progress of a transfer, drawn by the CLI (or ignored).
 pub trait TransferReporter: Sync {
@@ -125,7 +124,7 @@ pub fn fetch_selection<'a>(
 /// lock's digest and size, and stores it. Stops early when the remote is unreachable,
 /// times out or refuses, and says which digests it did not fetch.
 pub fn fetch(
-    ws: &Workspace,
+    store: &Store,
     remote: &Remote,
     artifacts: &[&LockedArtifact],
     reporter: &dyn TransferReporter,
@@ -140,7 +139,7 @@ pub fn fetch(
     };
     let todo: Vec<(&str, u64)> = sizes
         .into_iter()
-        .filter(|(d, _)| !ws.store.has_blob(d))
+        .filter(|(d, _)| !store.has_blob(d))
         .collect();
     report.present = report.wanted - todo.len();
     reporter.start(todo.len(), todo.iter().map(|(_, s)| s).sum());
@@ -157,7 +156,7 @@ pub fn fetch(
             .and_then(|got| match got {
                 Some(blob) => {
                     crate::failpoint::hit("fetch.store", digest);
-                    ws.store.put_verified_blob(digest, &blob).map(|()| true)
+                    store.put_verified_blob(digest, &blob).map(|()| true)
                 }
                 None => Ok(false),
             });
@@ -231,7 +230,7 @@ pub struct PushReport {
 /// Uploads every blob the lock names and every action entry of its keys that the
 /// local store has and the remote lacks (HEAD first, then PUT).
 pub fn push(
-    ws: &Workspace,
+    store: &Store,
     remote: &Remote,
     lock: &Lockfile,
     reporter: &dyn TransferReporter,
@@ -241,12 +240,12 @@ pub fn push(
         .iter()
         .map(|a| (a.key.as_str(), a.digest.as_str()))
         .collect();
-    push_keys(ws, remote, &keys, reporter)
+    push_keys(store, remote, &keys, reporter)
 }
 
 /// Uploads the blobs and action entries of (key, digest) pairs.
 pub fn push_keys(
-    ws: &Workspace,
+    store: &Store,
     remote: &Remote,
     keys: &[(&str, &str)],
     reporter: &dyn TransferReporter,
@@ -261,13 +260,13 @@ pub fn push_keys(
     let entries: BTreeSet<&str> = keys.iter().map(|(k, _)| *k).collect();
     let mut report = PushReport::default();
     let (local, absent): (Vec<&str>, Vec<&str>) =
-        digests.into_iter().partition(|d| ws.store.has_blob(d));
+        digests.into_iter().partition(|d| store.has_blob(d));
     report.not_local = absent.into_iter().map(str::to_string).collect();
     let stored_entries: Vec<ActionEntry> = entries
         .into_iter()
-        .filter_map(|k| ws.store.get_entry(k).ok().flatten())
+        .filter_map(|k| store.get_entry(k).ok().flatten())
         .collect();
-    let total_bytes: u64 = local.iter().filter_map(|d| ws.store.stored_size(d)).sum();
+    let total_bytes: u64 = local.iter().filter_map(|d| store.stored_size(d)).sum();
     reporter.start(local.len() + stored_entries.len(), total_bytes);
     let uploaded_bytes = AtomicU64::new(0);
     let blobs = parallel_map(&local, remote.jobs, |digest| -> Result<bool> {
@@ -275,7 +274,7 @@ pub fn push_keys(
             reporter.moved(0);
             return Ok(false);
         }
-        let bytes = ws.store.read_blob(digest, None)?;
+        let bytes = store.read_blob(digest, None)?;
         remote.put_blob(digest, &bytes)?;
         uploaded_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         reporter.moved(bytes.len() as u64);
@@ -361,7 +360,7 @@ impl Wanted<'_> {
 /// `lock` names for the same key are taken. An unreachable remote is reported once and
 /// the rest is compiled locally.
 pub fn pull_missing(
-    ws: &Workspace,
+    store: &Store,
     remote: &Remote,
     missing: &[Wanted<'_>],
     lock: &Lockfile,
@@ -411,28 +410,28 @@ pub fn pull_missing(
                         }
                         return Ok(None);
                     }
-                    if !entries_only && !ws.store.has_blob(&entry.digest) {
+                    if !entries_only && !store.has_blob(&entry.digest) {
                         let Some(blob) = remote.get_blob(&entry.digest, Some(entry.size))? else {
                             return Ok(None);
                         };
-                        ws.store.put_verified_blob(&entry.digest, &blob)?;
+                        store.put_verified_blob(&entry.digest, &blob)?;
                         blobs.fetch_add(1, Ordering::Relaxed);
                     }
                     if !entries_only {
-                        ws.store.put_entry(&entry)?;
+                        store.put_entry(&entry)?;
                     }
                     return Ok(Some(entry));
                 }
                 let Some(locked) = lock.artifacts.iter().find(|a| a.key == key) else {
                     return Ok(None);
                 };
-                if entries_only || ws.store.has_blob(&locked.digest) {
+                if entries_only || store.has_blob(&locked.digest) {
                     return Ok(None);
                 }
                 let Some(blob) = remote.get_blob(&locked.digest, Some(locked.size))? else {
                     return Ok(None);
                 };
-                ws.store.put_verified_blob(&locked.digest, &blob)?;
+                store.put_verified_blob(&locked.digest, &blob)?;
                 blobs.fetch_add(1, Ordering::Relaxed);
                 // The lock is the trust root: with its blob present, its entry stands.
                 Ok(None)

@@ -426,7 +426,7 @@ fn ptx_is_kept_when_asked() {
 fn the_repository_smoke_kernel_matches_the_embedded_one() {
     let repo = harness::repo_root();
     let on_disk = std::fs::read_to_string(repo.join("kernels/smoke/smoke.cu")).unwrap();
-    assert_eq!(on_disk, kart::smoke::SMOKE_SOURCE);
+    assert_eq!(on_disk, kart::build::smoke::SMOKE_SOURCE);
 }
 
 #[test]

@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kart::build::manifest::Project;
 use kart::build::{BuildOptions, Silent, Workspace, build};
 use kart::model::{Config, ParamValue};
+use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
 
@@ -115,8 +115,9 @@ fn smoke_end_to_end(_: &Fixture, gpu: &Gpu) -> TestResult {
     let store =
         kart::store::Store::open(store_dir.path(), LockMode::Shared, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
-    let report = kart::smoke::run_smoke(&store, None, &repo_root(), "sm_90".parse().unwrap())
-        .map_err(|e| e.to_string())?;
+    let report =
+        kart::build::smoke::run_smoke(&store, None, &repo_root(), "sm_90".parse().unwrap())
+            .map_err(|e| e.to_string())?;
     for s in &report.stages {
         println!("    {:10} {:9.3} ms  {}", s.stage, s.ms, s.detail);
     }

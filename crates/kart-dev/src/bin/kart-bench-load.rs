@@ -7,10 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use kart::build::manifest::Project;
 use kart::build::{BuildOptions, Silent, Workspace, build};
 use kart::model::ArtifactKind;
 use kart::model::Config;
+use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
 
@@ -103,7 +103,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(p, text)
     };
     w("kart.toml", "[project]\ntargets = [\"sm_90\"]\n")?;
-    w("kernels/smoke/smoke.cu", kart::smoke::SMOKE_SOURCE)?;
+    w("kernels/smoke/smoke.cu", kart::build::smoke::SMOKE_SOURCE)?;
     w(
         "kernels/smoke/kernel.toml",
         "name = \"smoke\"\nsources = [\"smoke.cu\"]\nentry = [\"kart_smoke_axpb\"]\nflags = [\"-O3\"]\nptx = true\n",
@@ -147,7 +147,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "smoke",
             Config::default(),
-            kart::smoke::SMOKE_SOURCE,
+            kart::build::smoke::SMOKE_SOURCE,
             &[][..],
         ),
         (

@@ -4,9 +4,9 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::build::manifest::Project;
 use crate::build::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
 use crate::error::Result;
+use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use crate::store::{LockMode, Store};
 

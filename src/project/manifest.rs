@@ -17,7 +17,8 @@ use kart_runtime::text::{SourceFile, read_text};
 use serde::Deserialize;
 use toml::Spanned;
 
-use crate::build::grid::{Derived, GridError, Rule, RuleOrDerived};
+use crate::project::grid::{Derived, GridError, Rule, RuleOrDerived};
+use crate::project::kernel::{Kernel, ParamMacros, VariantOf};
 
 pub use kart_runtime::locate::PROJECT_FILE;
 /// A kernel manifest's file name.
@@ -48,133 +49,6 @@ pub struct RemoteConfig {
     pub budget: Option<std::time::Duration>,
 }
 
-/// Which params reach the source as `-D NAME=VALUE` macros (`param_macros` in
-/// kernel.toml). Fixed `[defines]` are always macros.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum ParamMacros {
-    /// Every param and derived param except those a template entry uses: each value
-    /// reaches the source once, and a template parameter may share a param's name.
-    #[default]
-    Auto,
-    /// Every param and derived param, template entries or not.
-    All,
-    /// None: params reach the source only through template entries.
-    None,
-}
-
-impl ParamMacros {
-    fn parse(s: &str) -> Option<ParamMacros> {
-        match s {
-            "auto" => Some(ParamMacros::Auto),
-            "all" => Some(ParamMacros::All),
-            "none" => Some(ParamMacros::None),
-            _ => None,
-        }
-    }
-
-    /// Its name in kernel.toml.
-    pub fn name(self) -> &'static str {
-        match self {
-            ParamMacros::Auto => "auto",
-            ParamMacros::All => "all",
-            ParamMacros::None => "none",
-        }
-    }
-}
-
-/// A parsed and validated kernel.
-#[derive(Clone, Debug)]
-pub struct Kernel {
-    /// Its name (a C identifier, unique in the project).
-    pub name: String,
-    /// Its folder, relative to the project root.
-    pub dir: PathBuf,
-    /// Its `kernel.toml`, relative to the project root.
-    pub manifest: PathBuf,
-    /// Source files relative to the project root; the first one is compiled.
-    pub sources: Vec<PathBuf>,
-    /// Declared include folders, relative to the project root.
-    pub include: Vec<PathBuf>,
-    /// The names callers find entries by, in order: an `extern "C"` symbol, or a
-    /// template entry's name before its arguments (`gemm` for `gemm<BLOCK_M, BLOCK_N>`).
-    pub entry: Vec<String>,
-    /// Template entries by name: instantiated per config, found by demangling.
-    pub templates: BTreeMap<String, crate::build::entry::TemplateEntry>,
-    /// Which params reach the source as `-D` macros.
-    pub param_macros: ParamMacros,
-    /// Header libraries of `kart.toml` this kernel includes, by name.
-    pub libraries: Vec<String>,
-    /// Targets to build (the kernel's own list, else the project's).
-    pub targets: Vec<TargetArch>,
-    /// Extra nvcc flags, in order.
-    pub flags: Vec<String>,
-    /// Fixed defines.
-    pub defines: BTreeMap<String, ParamValue>,
-    /// Also keep the PTX of each config.
-    pub ptx: bool,
-    /// The grid: param → values in the order written.
-    pub params: BTreeMap<String, Vec<ParamValue>>,
-    /// Partial assignments never built.
-    pub exclude: Vec<BTreeMap<String, ParamValue>>,
-    /// Declared parameter kinds per entry (`[signature]`), checked against the cubin.
-    pub signature: BTreeMap<String, Vec<crate::signature::ParamKind>>,
-    /// The config to use when nothing better is known (`default = { … }`): exported by
-    /// default, and `best()`'s answer on a GPU with no tuning record.
-    pub default: Option<Config>,
-    /// How tuning problems map onto configs (`[tune]`), if the kernel is tuned.
-    pub tune: Option<TuneSpec>,
-    /// `require`: rules every built config satisfies.
-    pub require: Vec<crate::build::grid::Rule>,
-    /// `[derived]`: params computed from each config, in evaluation order.
-    pub derived: Vec<crate::build::grid::Derived>,
-    /// `[launch]`: grid, block and shared memory from a config and a problem.
-    pub launch: Option<crate::launch::LaunchSpec>,
-    /// `variant_of = "NAME"`: this kernel is another implementation of `NAME`, called
-    /// the same way (same entries and call signatures, same tuning problem); `best()`
-    /// and resolution choose among the base and its variants.
-    pub variant_of: Option<VariantOf>,
-    /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
-    /// thousands of combinations is not filtered again by every later step).
-    pub kept: std::sync::OnceLock<Vec<Config>>,
-}
-
-/// Where a kernel says `variant_of`, for the project-wide checks' messages.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct VariantOf {
-    /// The base kernel's name.
-    pub base: String,
-    /// Line of the key in kernel.toml.
-    pub line: usize,
-    /// Column.
-    pub column: usize,
-}
-
-impl Kernel {
-    /// The flag that makes nvcc write line information (and with it the folder it ran
-    /// in) into the cubin, if the kernel's flags have one.
-    pub fn line_info_flag(&self) -> Option<&str> {
-        self.flags.iter().map(String::as_str).find(|f| {
-            matches!(
-                *f,
-                "-lineinfo" | "--generate-line-info" | "-G" | "--device-debug"
-            )
-        })
-    }
-
-    /// Every config of the grid that `[[exclude]]` and `require` keep, in a stable
-    /// order.
-    pub fn configs(&self) -> Vec<Config> {
-        // Rules and derived params were evaluated over the whole grid when the kernel
-        // was loaded, so they cannot fail here.
-        self.kept
-            .get_or_init(|| {
-                self.grid_report()
-                    .map_or_else(|_| Vec::new(), |(_, configs)| configs)
-            })
-            .clone()
-    }
-}
-
 /// A parsed and validated project: `kart.toml` and every kernel under its kernels folder.
 #[derive(Clone, Debug)]
 pub struct Project {
@@ -191,7 +65,7 @@ pub struct Project {
     /// Toolkit components installed beside nvcc (`nvidia-curand==10.4.0.35`).
     pub components: Vec<String>,
     /// Header libraries (`[library.NAME]`), by name.
-    pub libraries: BTreeMap<String, crate::build::library::Library>,
+    pub libraries: BTreeMap<String, crate::project::library::Library>,
     /// The remote cache, if configured.
     pub remote: Option<RemoteConfig>,
     /// Kernels sorted by name.
@@ -356,7 +230,7 @@ pub fn load_kernel(
     root: &Path,
     dir: &Path,
     default_targets: &[TargetArch],
-    known_libraries: &BTreeMap<String, crate::build::library::Library>,
+    known_libraries: &BTreeMap<String, crate::project::library::Library>,
 ) -> Result<Kernel> {
     // Parsing: the file's text into typed, spanned fields (syntax and types only).
     let manifest = dir.join(KERNEL_FILE);
@@ -505,12 +379,12 @@ fn includes(file: &SourceFile<'_>, raw: &RawKernel, at: &KernelDir<'_>) -> Resul
 }
 
 /// The template entries of a kernel, by name.
-type Templates = BTreeMap<String, crate::build::entry::TemplateEntry>;
+type Templates = BTreeMap<String, crate::project::entry::TemplateEntry>;
 
 /// `entry`: at least one, each an `extern "C"` symbol or a template instantiation over
 /// params, no two with the same name.
 fn entries(file: &SourceFile<'_>, raw: &RawKernel) -> Result<(Vec<String>, Templates)> {
-    use crate::build::entry::EntrySpec;
+    use crate::project::entry::EntrySpec;
     if raw.entry.get_ref().is_empty() {
         return Err(file.error(
             raw.entry.span(),
@@ -549,7 +423,7 @@ fn entries(file: &SourceFile<'_>, raw: &RawKernel) -> Result<(Vec<String>, Templ
 fn libraries(
     file: &SourceFile<'_>,
     raw: &RawKernel,
-    known: &BTreeMap<String, crate::build::library::Library>,
+    known: &BTreeMap<String, crate::project::library::Library>,
 ) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for l in &raw.libraries {
@@ -576,7 +450,7 @@ fn libraries(
 fn project_components(file: &SourceFile<'_>, raw: Option<&RawToolchain>) -> Result<Vec<String>> {
     let mut out = Vec::new();
     for c in raw.map(|t| t.components.as_slice()).unwrap_or_default() {
-        if crate::build::library::parse_pin(c.get_ref()).is_none() {
+        if crate::project::library::parse_pin(c.get_ref()).is_none() {
             return Err(file.error(
                 c.span(),
                 format!("component `{}` is not pinned as NAME==VERSION", c.get_ref()),
@@ -595,8 +469,8 @@ fn project_libraries(
     file: &SourceFile<'_>,
     root: &Path,
     raw: &BTreeMap<Spanned<String>, Spanned<RawLibrary>>,
-) -> Result<BTreeMap<String, crate::build::library::Library>> {
-    use crate::build::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
+) -> Result<BTreeMap<String, crate::project::library::Library>> {
+    use crate::project::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
     let mut out = BTreeMap::new();
     for (name, lib) in raw {
         file.check_name(name.get_ref(), name.span(), "library")?;

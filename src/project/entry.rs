@@ -11,8 +11,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::build::manifest::{Kernel, ParamMacros};
-use crate::model::Config;
 use crate::untrusted::is_c_identifier;
 
 /// One entry of a kernel, as written in `entry = [...]`.
@@ -99,56 +97,6 @@ impl TemplateEntry {
     pub fn instance(&self, values: &BTreeMap<String, String>) -> String {
         let args: Vec<String> = self.args.iter().map(|a| substitute(a, values)).collect();
         format!("{}<{}>", self.name, args.join(", "))
-    }
-}
-
-impl Kernel {
-    /// Every param and derived param of `config`, as the text the source sees.
-    pub fn param_texts(&self, config: &Config) -> BTreeMap<String, String> {
-        let mut values: BTreeMap<String, String> = config
-            .0
-            .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
-            .collect();
-        for (k, v) in self.derived_values(config).unwrap_or_default() {
-            values.insert(k, v.to_string());
-        }
-        values
-    }
-
-    /// The params and derived params passed as `-D NAME=VALUE`, per `param_macros`.
-    pub fn macro_params(&self, config: &Config) -> Vec<(String, String)> {
-        let values = self.param_texts(config);
-        let in_templates: BTreeSet<String> = match self.param_macros {
-            ParamMacros::All => BTreeSet::new(),
-            ParamMacros::None => return Vec::new(),
-            ParamMacros::Auto => self
-                .templates
-                .values()
-                .flat_map(|t| t.uses(values.keys().map(String::as_str)))
-                .collect(),
-        };
-        // Params first, then derived params, each in name order (as before templates).
-        let params = config.0.keys();
-        let derived = values.keys().filter(|k| !config.0.contains_key(*k));
-        params
-            .chain(derived)
-            .filter(|k| !in_templates.contains(*k))
-            .map(|k| (k.clone(), values[k].clone()))
-            .collect()
-    }
-
-    /// Each template entry with its instance for `config`, in entry order.
-    pub fn template_instances(&self, config: &Config) -> Vec<(&TemplateEntry, String)> {
-        if self.templates.is_empty() {
-            return Vec::new();
-        }
-        let values = self.param_texts(config);
-        self.entry
-            .iter()
-            .filter_map(|name| self.templates.get(name))
-            .map(|t| (t, t.instance(&values)))
-            .collect()
     }
 }
 

@@ -5,17 +5,17 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::build::compile::{CompileJob, compile};
-use crate::build::manifest::Kernel;
 use crate::build::toolchain::Toolchain;
 use crate::error::{Error, IoContext, Result};
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::project::Kernel;
 use crate::signature::ParamKind;
 use crate::store::Store;
 use crate::target::TargetArch;
 
 /// The smoke kernel's source (the same file as `kernels/smoke/smoke.cu`).
-pub const SMOKE_SOURCE: &str = include_str!("../kernels/smoke/smoke.cu");
+pub const SMOKE_SOURCE: &str = include_str!("../../kernels/smoke/smoke.cu");
 
 /// Its one entry point: `y[i] = a * x[i] + b`.
 pub const SMOKE_ENTRY: &str = "kart_smoke_axpb";

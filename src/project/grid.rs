@@ -10,8 +10,6 @@ use serde::Serialize;
 use kart_runtime::expr::{Env, Expr, ExprError, Layered, Value};
 use kart_runtime::model::{Config, ParamValue};
 
-use crate::build::manifest::Kernel;
-
 /// A `require` rule: a config is built only if it evaluates to non-zero.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Rule {
@@ -40,11 +38,25 @@ pub struct GridReport {
     pub kept: usize,
 }
 
-impl Kernel {
+/// A kernel's grid as the steps that narrow it see it: the params' values, the
+/// `[[exclude]]` entries, the `require` rules and the `[derived]` params.
+#[derive(Clone, Copy, Debug)]
+pub struct Grid<'a> {
+    /// Param → values in the order written.
+    pub params: &'a BTreeMap<String, Vec<ParamValue>>,
+    /// Partial assignments never built.
+    pub exclude: &'a [BTreeMap<String, ParamValue>],
+    /// Rules every kept config satisfies.
+    pub require: &'a [Rule],
+    /// Params computed from each config, in evaluation order.
+    pub derived: &'a [Derived],
+}
+
+impl Grid<'_> {
     /// Every combination of the params' values, in a fixed order.
     pub fn raw_configs(&self) -> Vec<Config> {
         let mut configs = vec![Config::default()];
-        for (name, values) in &self.params {
+        for (name, values) in self.params {
             let mut next = Vec::with_capacity(configs.len() * values.len());
             for config in &configs {
                 for value in values {
@@ -94,7 +106,7 @@ impl Kernel {
     /// The grid step by step: raw combinations, what `[[exclude]]` and each rule
     /// removed, what is kept. A rule or derived param that fails to evaluate on a
     /// config is an error naming the config.
-    pub fn grid_report(&self) -> Result<(GridReport, Vec<Config>), GridError> {
+    pub fn report(&self) -> Result<(GridReport, Vec<Config>), GridError> {
         // One pass over the combinations by index, with the values in flat arrays: a
         // `Config` (a map of owned strings) is built only for the configs kept, which
         // matters for grids of tens of thousands. Counts and errors are those of
@@ -274,11 +286,12 @@ pub struct GridError {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::project::Kernel;
     use kart_runtime::launch::{GeometryError, LaunchSpec};
     use std::collections::BTreeMap;
 
     fn kernel(params: &[(&str, Vec<i64>)], require: &[&str], derived: &[(&str, &str)]) -> Kernel {
-        let mut k = crate::smoke::smoke_kernel(vec![]);
+        let mut k = crate::build::smoke::smoke_kernel(vec![]);
         k.params = params
             .iter()
             .map(|(n, v)| {

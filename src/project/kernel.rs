@@ -1,0 +1,224 @@
+//! A kernel as kart knows it once its `kernel.toml` is read and checked: what to
+//! compile, its grid, its entries, how it is launched and tuned.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::PathBuf;
+
+use kart_runtime::expr::ExprError;
+use kart_runtime::launch::LaunchSpec;
+use kart_runtime::model::{Config, ParamValue, TuneSpec};
+use kart_runtime::signature::ParamKind;
+use kart_runtime::target::TargetArch;
+
+use crate::project::entry::TemplateEntry;
+use crate::project::grid::{Derived, Grid, GridError, GridReport, Rule, RuleOrDerived};
+
+/// Which params reach the source as `-D NAME=VALUE` macros (`param_macros` in
+/// kernel.toml). Fixed `[defines]` are always macros.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ParamMacros {
+    /// Every param and derived param except those a template entry uses: each value
+    /// reaches the source once, and a template parameter may share a param's name.
+    #[default]
+    Auto,
+    /// Every param and derived param, template entries or not.
+    All,
+    /// None: params reach the source only through template entries.
+    None,
+}
+
+impl ParamMacros {
+    pub(crate) fn parse(s: &str) -> Option<ParamMacros> {
+        match s {
+            "auto" => Some(ParamMacros::Auto),
+            "all" => Some(ParamMacros::All),
+            "none" => Some(ParamMacros::None),
+            _ => None,
+        }
+    }
+
+    /// Its name in kernel.toml.
+    pub fn name(self) -> &'static str {
+        match self {
+            ParamMacros::Auto => "auto",
+            ParamMacros::All => "all",
+            ParamMacros::None => "none",
+        }
+    }
+}
+
+/// A parsed and validated kernel.
+#[derive(Clone, Debug)]
+pub struct Kernel {
+    /// Its name (a C identifier, unique in the project).
+    pub name: String,
+    /// Its folder, relative to the project root.
+    pub dir: PathBuf,
+    /// Its `kernel.toml`, relative to the project root.
+    pub manifest: PathBuf,
+    /// Source files relative to the project root; the first one is compiled.
+    pub sources: Vec<PathBuf>,
+    /// Declared include folders, relative to the project root.
+    pub include: Vec<PathBuf>,
+    /// The names callers find entries by, in order: an `extern "C"` symbol, or a
+    /// template entry's name before its arguments (`gemm` for `gemm<BLOCK_M, BLOCK_N>`).
+    pub entry: Vec<String>,
+    /// Template entries by name: instantiated per config, found by demangling.
+    pub templates: BTreeMap<String, TemplateEntry>,
+    /// Which params reach the source as `-D` macros.
+    pub param_macros: ParamMacros,
+    /// Header libraries of `kart.toml` this kernel includes, by name.
+    pub libraries: Vec<String>,
+    /// Targets to build (the kernel's own list, else the project's).
+    pub targets: Vec<TargetArch>,
+    /// Extra nvcc flags, in order.
+    pub flags: Vec<String>,
+    /// Fixed defines.
+    pub defines: BTreeMap<String, ParamValue>,
+    /// Also keep the PTX of each config.
+    pub ptx: bool,
+    /// The grid: param → values in the order written.
+    pub params: BTreeMap<String, Vec<ParamValue>>,
+    /// Partial assignments never built.
+    pub exclude: Vec<BTreeMap<String, ParamValue>>,
+    /// Declared parameter kinds per entry (`[signature]`), checked against the cubin.
+    pub signature: BTreeMap<String, Vec<ParamKind>>,
+    /// The config to use when nothing better is known (`default = { … }`): exported by
+    /// default, and `best()`'s answer on a GPU with no tuning record.
+    pub default: Option<Config>,
+    /// How tuning problems map onto configs (`[tune]`), if the kernel is tuned.
+    pub tune: Option<TuneSpec>,
+    /// `require`: rules every built config satisfies.
+    pub require: Vec<Rule>,
+    /// `[derived]`: params computed from each config, in evaluation order.
+    pub derived: Vec<Derived>,
+    /// `[launch]`: grid, block and shared memory from a config and a problem.
+    pub launch: Option<LaunchSpec>,
+    /// `variant_of = "NAME"`: this kernel is another implementation of `NAME`, called
+    /// the same way (same entries and call signatures, same tuning problem); `best()`
+    /// and resolution choose among the base and its variants.
+    pub variant_of: Option<VariantOf>,
+    /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
+    /// thousands of combinations is not filtered again by every later step).
+    pub kept: std::sync::OnceLock<Vec<Config>>,
+}
+
+/// Where a kernel says `variant_of`, for the project-wide checks' messages.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct VariantOf {
+    /// The base kernel's name.
+    pub base: String,
+    /// Line of the key in kernel.toml.
+    pub line: usize,
+    /// Column.
+    pub column: usize,
+}
+
+impl Kernel {
+    /// The flag that makes nvcc write line information (and with it the folder it ran
+    /// in) into the cubin, if the kernel's flags have one.
+    pub fn line_info_flag(&self) -> Option<&str> {
+        self.flags.iter().map(String::as_str).find(|f| {
+            matches!(
+                *f,
+                "-lineinfo" | "--generate-line-info" | "-G" | "--device-debug"
+            )
+        })
+    }
+
+    /// Every config of the grid that `[[exclude]]` and `require` keep, in a stable
+    /// order.
+    pub fn configs(&self) -> Vec<Config> {
+        // Rules and derived params were evaluated over the whole grid when the kernel
+        // was loaded, so they cannot fail here.
+        self.kept
+            .get_or_init(|| {
+                self.grid_report()
+                    .map_or_else(|_| Vec::new(), |(_, configs)| configs)
+            })
+            .clone()
+    }
+}
+
+impl Kernel {
+    /// The grid's params, exclusions, rules and derived params.
+    pub fn grid(&self) -> Grid<'_> {
+        Grid {
+            params: &self.params,
+            exclude: &self.exclude,
+            require: &self.require,
+            derived: &self.derived,
+        }
+    }
+
+    /// Every combination of the params' values, before exclusions and rules.
+    pub fn raw_configs(&self) -> Vec<Config> {
+        self.grid().raw_configs()
+    }
+
+    /// The derived params of `config`, in evaluation order.
+    pub fn derived_values(
+        &self,
+        config: &Config,
+    ) -> Result<BTreeMap<String, i64>, (usize, ExprError)> {
+        self.grid().derived_values(config)
+    }
+
+    /// Whether `config` passes every `require` rule.
+    pub fn satisfies(&self, config: &Config) -> Result<bool, (RuleOrDerived, ExprError)> {
+        self.grid().satisfies(config)
+    }
+
+    /// How the grid narrows, and the configs it keeps.
+    pub fn grid_report(&self) -> Result<(GridReport, Vec<Config>), GridError> {
+        self.grid().report()
+    }
+
+    /// Every param and derived param of `config`, as the text the source sees.
+    pub fn param_texts(&self, config: &Config) -> BTreeMap<String, String> {
+        let mut values: BTreeMap<String, String> = config
+            .0
+            .iter()
+            .map(|(k, v)| (k.clone(), v.to_string()))
+            .collect();
+        for (k, v) in self.derived_values(config).unwrap_or_default() {
+            values.insert(k, v.to_string());
+        }
+        values
+    }
+
+    /// The params and derived params passed as `-D NAME=VALUE`, per `param_macros`.
+    pub fn macro_params(&self, config: &Config) -> Vec<(String, String)> {
+        let values = self.param_texts(config);
+        let in_templates: BTreeSet<String> = match self.param_macros {
+            ParamMacros::All => BTreeSet::new(),
+            ParamMacros::None => return Vec::new(),
+            ParamMacros::Auto => self
+                .templates
+                .values()
+                .flat_map(|t| t.uses(values.keys().map(String::as_str)))
+                .collect(),
+        };
+        // Params first, then derived params, each in name order (as before templates).
+        let params = config.0.keys();
+        let derived = values.keys().filter(|k| !config.0.contains_key(*k));
+        params
+            .chain(derived)
+            .filter(|k| !in_templates.contains(*k))
+            .map(|k| (k.clone(), values[k].clone()))
+            .collect()
+    }
+
+    /// Each template entry with its instance for `config`, in entry order.
+    pub fn template_instances(&self, config: &Config) -> Vec<(&TemplateEntry, String)> {
+        if self.templates.is_empty() {
+            return Vec::new();
+        }
+        let values = self.param_texts(config);
+        self.entry
+            .iter()
+            .filter_map(|name| self.templates.get(name))
+            .map(|t| (t, t.instance(&values)))
+            .collect()
+    }
+}

@@ -1,0 +1,22 @@
+//! The project language: `kart.toml` and each `kernels/<name>/kernel.toml`, read,
+//! checked and turned into a [`Project`] of [`Kernel`]s. Pure file reading: no
+//! toolchain, no store. Each error names the file, line and column and what to write
+//! instead.
+//!
+//! - [`manifest`]: parsing and validation, and [`Project`];
+//! - [`kernel`]: a checked [`Kernel`];
+//! - [`grid`]: the params' grid, `require` rules and `[derived]` params;
+//! - [`entry`]: template entries and the translation unit that instantiates them;
+//! - [`library`]: header libraries as declared.
+//!
+//! The expression language and `[launch]` are the runtime crate's
+//! ([`kart_runtime::expr`], [`kart_runtime::launch`]): a loader evaluates them too.
+
+pub mod entry;
+pub mod grid;
+pub mod kernel;
+pub mod library;
+pub mod manifest;
+
+pub use kernel::{Kernel, ParamMacros, VariantOf};
+pub use manifest::{KERNEL_FILE, PROJECT_FILE, Project, RemoteConfig};

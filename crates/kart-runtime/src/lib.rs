@@ -37,6 +37,9 @@ pub mod text;
 pub mod tune;
 pub mod untrusted;
 
+/// The driver bindings kart loads through, for device buffers and streams beside
+/// kart's launches: the version kart's types are built on.
+pub use cudarc;
 pub use error::{Error, Result};
 pub use model::{ArtifactKind, Config, ParamValue, Problem};
 pub use runtime::{Gpu, LoadedArtifact, Runtime};

@@ -82,6 +82,11 @@ pub fn verify(
     if rebuild > 0 && !lock.artifacts.is_empty() {
         let toolchain = ws.toolchain(nvcc)?;
         let picked = sample(&lock.artifacts, rebuild, seed);
+        toolchain.require_libraries(
+            picked
+                .iter()
+                .filter_map(|a| ws.project.kernels.iter().find(|k| k.name == a.kernel)),
+        )?;
         let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
         let results =
             crate::remote::parallel_map(&picked, jobs, |a| rebuild_one(ws, &toolchain, a));

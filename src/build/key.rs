@@ -241,6 +241,7 @@ mod tests {
             gpu_codes: vec!["sm_90".into()],
             packages: Vec::new(),
             libraries: Default::default(),
+            unavailable_libraries: Default::default(),
         };
         let kernel = Kernel {
             name: "vadd".into(),

@@ -146,6 +146,7 @@ pub fn build(
     let toolchain = ws.toolchain(options.nvcc.as_deref())?;
     let planned = ws.plan(&toolchain)?;
     let mut selected = ws.select(&planned, &options.selection)?;
+    toolchain.require_libraries(selected.iter().map(|p| &ws.project.kernels[p.kernel]))?;
     if options.locked {
         let whole = options.selection.kernels.is_empty()
             && options.selection.params.is_empty()

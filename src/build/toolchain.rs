@@ -51,6 +51,11 @@ pub struct Toolchain {
     /// The header libraries of `kart.toml`, pinned.
     #[serde(skip)]
     pub libraries: std::collections::BTreeMap<String, crate::build::library::LibraryPin>,
+    /// The header libraries of `kart.toml` that could not be pinned (not installed, or
+    /// their content changed), with the error's message and hint: a library is needed
+    /// only by the kernels that list it, so this fails only their builds.
+    #[serde(skip)]
+    pub unavailable_libraries: std::collections::BTreeMap<String, (String, Option<String>)>,
 }
 
 /// Refuses environment variables that would silently change nvcc's output.
@@ -110,6 +115,25 @@ pub fn find_nvcc(explicit: Option<&Path>, project_root: &Path) -> Result<PathBuf
 }
 
 impl Toolchain {
+    /// Fails, naming the library and what to do, if a kernel among `kernels` lists a
+    /// header library that could not be pinned.
+    pub fn require_libraries<'a>(
+        &self,
+        kernels: impl IntoIterator<Item = &'a crate::project::Kernel>,
+    ) -> Result<()> {
+        for kernel in kernels {
+            for name in &kernel.libraries {
+                if let Some((message, hint)) = self.unavailable_libraries.get(name) {
+                    return Err(Error::Environment {
+                        message: format!("kernel `{}` cannot build: {message}", kernel.name),
+                        hint: hint.clone(),
+                    });
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// Fingerprints the nvcc at `nvcc` (absolute), using `cache_dir` to skip the work
     /// when nothing changed since last time.
     pub fn load(nvcc: &Path, cache_dir: &Path) -> Result<Toolchain> {
@@ -175,6 +199,7 @@ impl Toolchain {
             gpu_codes,
             packages: Vec::new(),
             libraries: Default::default(),
+            unavailable_libraries: Default::default(),
         };
         let cached = CachedToolchain {
             version: FINGERPRINT_CACHE_VERSION,

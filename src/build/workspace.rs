@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::build::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use crate::store::{LockMode, Store};
@@ -35,8 +35,18 @@ impl Workspace {
         crate::build::library::check_components(&toolchain.root, &self.project.components)?;
         toolchain.packages = self.project.components.clone();
         for (name, library) in &self.project.libraries {
-            let pin = crate::build::library::pin(&self.project.root, library, &cache)?;
-            toolchain.libraries.insert(name.clone(), pin);
+            match crate::build::library::pin(&self.project.root, library, &cache) {
+                Ok(pin) => {
+                    toolchain.libraries.insert(name.clone(), pin);
+                }
+                // Needed only by the kernels that list it: kept for their builds.
+                Err(Error::Environment { message, hint }) => {
+                    toolchain
+                        .unavailable_libraries
+                        .insert(name.clone(), (message, hint));
+                }
+                Err(e) => return Err(e),
+            }
         }
         Ok(toolchain)
     }

@@ -61,6 +61,7 @@ pub fn run(
         ArtifactKind::Cubin
     };
     let toolchain = ws.toolchain(cli.nvcc.as_deref())?;
+    toolchain.require_libraries([kernel])?;
     let files = kernel_input_files(&ws.project.root, kernel)?;
     let preimage = action_preimage(
         &ws.project.root,

@@ -108,6 +108,15 @@ fn a_header_library_is_pinned_by_content_and_rebuilds_only_its_users() {
         err.contains("has content sha256") && err.contains(&format!("kart.toml pins {hash}")),
         "{err}"
     );
+    // Needed only by the kernels that list it: the other kernel still builds and
+    // checks, and the error names the kernel that lists the library.
+    p.ok(&["build", "other"]);
+    p.ok(&["build", "--locked", "other"]);
+    let err = stderr(&p.kart(&["build", "user"]));
+    assert!(
+        err.contains("kernel `user` cannot build: header library `mylib`"),
+        "{err}"
+    );
 }
 
 #[test]

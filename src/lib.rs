@@ -9,6 +9,8 @@
 //! - [`project`]: the project language, `kart.toml` and `kernel.toml` read and checked
 //!   ([`project::manifest`]), a kernel ([`project::kernel`]), its grid
 //!   ([`project::grid`]) and template entries ([`project::entry`]);
+//! - [`install`]: `kart toolchain`, nvcc, components and header libraries from PyPI
+//!   into a per-user folder;
 //! - [`remote`]: the shared cache over HTTP or a folder, and moving artifacts between
 //!   it and the store ([`remote::transfer`]);
 //! - [`build`]: nvcc ([`build::toolchain`]), header libraries, the action key
@@ -17,12 +19,15 @@
 //!   ([`build::smoke`]), and planning and running a build;
 //! - [`maintain`]: `verify`, `gc`, `ls`; [`attest`]: `kart.attest`;
 //! - [`tune`]: offline tuning (and, from the runtime crate, `kart.tune` and `best()`);
-//! - [`export`]: a self-contained Python module of cubins and a loader.
+//! - [`export`]: a self-contained Python module of cubins and a loader;
+//! - [`init`]: `kart init`, a new project.
 #![deny(missing_docs)]
 
 pub mod attest;
 pub mod build;
 pub mod export;
+pub mod init;
+pub mod install;
 pub mod maintain;
 pub mod project;
 pub mod remote;

@@ -399,6 +399,23 @@ fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), Stri
         if abs.starts_with(&toolkit) || abs.starts_with(&job.toolchain.root) {
             continue;
         }
+        // A header library installed in kart's home lies outside the project.
+        let outside_library = job.toolchain.libraries.iter().find(|(_, pin)| {
+            pin.include.is_absolute() && {
+                let dir = std::fs::canonicalize(&pin.include).unwrap_or(pin.include.clone());
+                abs.starts_with(&dir) || abs.starts_with(&pin.include)
+            }
+        });
+        if let Some((name, _)) = outside_library {
+            if !job.kernel.libraries.contains(name) {
+                problems.push(format!(
+                    "`{}` is from the header library `{name}`, which the kernel does not list: add `libraries = [\"{name}\"]` to `{}`",
+                    abs.display(),
+                    job.kernel.manifest.display()
+                ));
+            }
+            continue;
+        }
         if let Ok(rel) = abs.strip_prefix(job.root) {
             let declared = job.kernel.sources.iter().any(|s| s == rel)
                 || job.kernel.include.iter().any(|d| rel.starts_with(d))

@@ -61,7 +61,7 @@ pub fn check_components(toolkit_root: &Path, components: &[String]) -> Result<()
                     "kart.toml needs the toolkit component `{spec}`, which is not installed beside nvcc (no `{want}` in `{}`)",
                     site.display()
                 ),
-                "run `scripts/setup`: it installs the components kart.toml lists next to the pinned nvcc",
+                "run `kart toolchain install`: it installs the components kart.toml lists next to the pinned nvcc",
             ));
         }
     }
@@ -70,14 +70,29 @@ pub fn check_components(toolkit_root: &Path, components: &[String]) -> Result<()
 
 /// The pin of `library`: its content hash (cached by file stamps in `cache_dir`),
 /// checked against the declared one.
-pub fn pin(root: &Path, library: &Library, cache_dir: &Path) -> Result<LibraryPin> {
-    let dir = root.join(&library.include);
+///
+/// A pip library is looked for under the project's `.toolchain/lib/NAME`, then in
+/// kart's home (`kart toolchain install`).
+pub fn pin(
+    root: &Path,
+    library: &Library,
+    cache_dir: &Path,
+    home: Option<&crate::install::Home>,
+) -> Result<LibraryPin> {
+    let mut dir = root.join(&library.include);
+    let in_project = root.join(LIBRARY_PREFIX).join(&library.name);
+    if !dir.is_dir()
+        && let Some(home) = home
+        && let Some(installed) = crate::install::installed_library(home, library)
+        && let Ok(inside) = dir.strip_prefix(&in_project)
+    {
+        dir = installed.join(inside);
+    }
     if !dir.is_dir() {
         let hint = match &library.source {
-            LibrarySource::Pip(spec) => format!(
-                "run `scripts/setup`: it installs `{spec}` under `{LIBRARY_PREFIX}/{}`",
-                library.name
-            ),
+            LibrarySource::Pip(spec) => {
+                format!("run `kart toolchain install`: it installs `{spec}`")
+            }
             LibrarySource::Path => "fix `path` in kart.toml, or add the folder".to_string(),
         };
         return Err(Error::environment(
@@ -100,7 +115,7 @@ pub fn pin(root: &Path, library: &Library, cache_dir: &Path) -> Result<LibraryPi
                 library.version(),
                 library.include.display()
             ),
-            "its files changed or another version is installed: reinstall it (`scripts/setup`), or pin the new content with `sha256` in kart.toml",
+            "its files changed or another version is installed: reinstall it (`kart toolchain gc`, then `kart toolchain install`), or pin the new content with `sha256` in kart.toml",
         ));
     }
     if library.sha256.is_none() && matches!(library.source, LibrarySource::Pip(_)) {
@@ -117,7 +132,9 @@ pub fn pin(root: &Path, library: &Library, cache_dir: &Path) -> Result<LibraryPi
         ));
     }
     Ok(LibraryPin {
-        include: library.include.clone(),
+        include: dir
+            .strip_prefix(root)
+            .map_or_else(|_| dir.clone(), Path::to_path_buf),
         version: library.version(),
         sha256,
     })

@@ -161,13 +161,14 @@ pub fn run_smoke(
     store: &Store,
     nvcc: Option<&std::path::Path>,
     project_root: &std::path::Path,
+    installed_nvcc: Option<std::path::PathBuf>,
     fallback: TargetArch,
 ) -> Result<SmokeReport> {
     use crate::runtime::Gpu;
     let mut report = SmokeReport::default();
     let toolchain = report.stage("toolchain", || {
         crate::build::toolchain::refuse_hostile_env()?;
-        let path = crate::build::toolchain::find_nvcc(nvcc, project_root)?;
+        let path = crate::build::toolchain::find_nvcc(nvcc, project_root, installed_nvcc)?;
         let tc = Toolchain::load(&path, &store.toolchain_cache_dir())?;
         let detail = format!("nvcc {} at {}", tc.release, tc.nvcc.display());
         Ok((tc, detail))

@@ -19,7 +19,7 @@ use crate::error::{Error, IoContext, Result};
 use crate::store::fsutil::write_atomic;
 
 /// The command that installs the pinned toolchain into the project.
-pub const SETUP_HINT: &str = "run `scripts/setup` to install the pinned nvcc into `.toolchain/`";
+pub const SETUP_HINT: &str = "run `kart toolchain install`: it installs the nvcc kart.toml pins";
 
 /// Environment variables that change what nvcc does behind the key's back.
 pub const REFUSED_ENV: [&str; 3] = ["NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN"];
@@ -74,8 +74,13 @@ pub fn refuse_hostile_env() -> Result<()> {
 }
 
 /// Where nvcc is searched, first hit wins: `explicit` (`--nvcc`), `KART_NVCC`, the
-/// project's `.toolchain/`, `CUDA_HOME`/`CUDA_PATH`, then `PATH`.
-pub fn find_nvcc(explicit: Option<&Path>, project_root: &Path) -> Result<PathBuf> {
+/// project's `.toolchain/`, the install of the pinned release in kart's home
+/// (`installed`, from `kart toolchain install`), `CUDA_HOME`/`CUDA_PATH`, then `PATH`.
+pub fn find_nvcc(
+    explicit: Option<&Path>,
+    project_root: &Path,
+    installed: Option<PathBuf>,
+) -> Result<PathBuf> {
     let mut candidates: Vec<(String, PathBuf)> = Vec::new();
     if let Some(p) = explicit {
         candidates.push(("--nvcc".into(), p.to_path_buf()));
@@ -85,6 +90,9 @@ pub fn find_nvcc(explicit: Option<&Path>, project_root: &Path) -> Result<PathBuf
     }
     for rel in [".toolchain/py/nvidia/cu13/bin/nvcc", ".toolchain/bin/nvcc"] {
         candidates.push((".toolchain".into(), project_root.join(rel)));
+    }
+    if let Some(nvcc) = installed {
+        candidates.push(("kart's home".into(), nvcc));
     }
     for var in ["CUDA_HOME", "CUDA_PATH"] {
         if let Some(p) = std::env::var_os(var).filter(|v| !v.is_empty()) {
@@ -109,7 +117,7 @@ pub fn find_nvcc(explicit: Option<&Path>, project_root: &Path) -> Result<PathBuf
         }
     }
     Err(Error::environment(
-        "nvcc not found (looked in --nvcc, KART_NVCC, .toolchain/, CUDA_HOME, CUDA_PATH, PATH)",
+        "nvcc not found (looked in --nvcc, KART_NVCC, .toolchain/, kart's home, CUDA_HOME, CUDA_PATH, PATH)",
         SETUP_HINT,
     ))
 }

@@ -28,14 +28,15 @@ impl Workspace {
     /// Finds and fingerprints nvcc, and checks its release against `kart.toml`.
     pub fn toolchain(&self, nvcc: Option<&Path>) -> Result<Toolchain> {
         refuse_hostile_env()?;
-        let path = find_nvcc(nvcc, &self.project.root)?;
+        let path = find_nvcc(nvcc, &self.project.root, self.installed_nvcc())?;
         let cache = self.store.toolchain_cache_dir();
         let mut toolchain = Toolchain::load(&path, &cache)?;
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
         crate::build::library::check_components(&toolchain.root, &self.project.components)?;
         toolchain.packages = self.project.components.clone();
         for (name, library) in &self.project.libraries {
-            match crate::build::library::pin(&self.project.root, library, &cache) {
+            let home = crate::install::Home::from_env().ok();
+            match crate::build::library::pin(&self.project.root, library, &cache, home.as_ref()) {
                 Ok(pin) => {
                     toolchain.libraries.insert(name.clone(), pin);
                 }
@@ -49,6 +50,13 @@ impl Workspace {
             }
         }
         Ok(toolchain)
+    }
+
+    /// The nvcc of the pinned release (and components) in kart's home, when
+    /// `kart toolchain install` installed it.
+    pub fn installed_nvcc(&self) -> Option<std::path::PathBuf> {
+        let home = crate::install::Home::from_env().ok()?;
+        crate::install::installed_nvcc(&home, &crate::install::ToolchainPins::of(&self.project)?)
     }
 
     /// The lock, or an empty one.

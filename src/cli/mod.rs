@@ -8,10 +8,12 @@ mod doctor;
 mod explain;
 mod export;
 mod gc;
+mod init;
 mod ls;
 mod path;
 mod progress;
 mod smoke;
+mod toolchain;
 mod transfer;
 mod tune;
 mod verify;
@@ -245,10 +247,54 @@ pub enum Command {
         #[arg(long)]
         json: bool,
     },
+    /// Install, list, locate or remove the nvcc releases, toolkit components and header
+    /// libraries kart.toml pins, in kart's home (KART_HOME, else ~/.cache/kart), shared
+    /// by every project.
+    Toolchain {
+        #[command(subcommand)]
+        action: ToolchainAction,
+    },
+    /// Start a kart project in DIR (default: the current folder): kart.toml with the
+    /// pinned nvcc, the smoke kernel under kernels/, .gitignore lines and a CI workflow.
+    /// In a folder that already has a kart.toml it changes nothing and says so.
+    Init {
+        /// The folder (created if missing).
+        dir: Option<PathBuf>,
+    },
     /// Print a shell completion script: `kart completions bash > /etc/bash_completion.d/kart`.
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
+    },
+}
+
+#[derive(Subcommand)]
+pub enum ToolchainAction {
+    /// Download, check and unpack what kart.toml pins ([toolchain] nvcc and components,
+    /// [library.*] pip), each only if it is not installed yet.
+    Install {
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Every install in kart's home, with its size; `*` marks this project's.
+    List {
+        /// One JSON array on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Print the folder of this project's installed toolchain (`path nvcc`: nvcc itself).
+    Path {
+        /// `nvcc`: print nvcc's path instead of the install's folder.
+        #[arg(value_parser = ["nvcc"])]
+        what: Option<String>,
+    },
+    /// Remove every install this project does not pin (other projects reinstall theirs
+    /// with `kart toolchain install`), and leftovers of interrupted installs.
+    Gc {
+        /// Only say what would be removed.
+        #[arg(long)]
+        dry_run: bool,
     },
 }
 
@@ -327,7 +373,24 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
             source: e,
         })?,
     };
+    if let Command::Init { dir } = &cli.command {
+        return init::run(
+            &cwd.join(dir.as_deref().unwrap_or(std::path::Path::new("."))),
+            cli.quiet,
+        );
+    }
+    if let Command::Toolchain {
+        action: ToolchainAction::List { json },
+    } = &cli.command
+    {
+        // Works anywhere: inside a project it also marks the project's installs.
+        let project = Project::discover(&cwd).ok();
+        return toolchain::list(project.as_ref(), *json);
+    }
     let project = Project::discover(&cwd)?;
+    if let Command::Toolchain { action } = &cli.command {
+        return toolchain::run(cli, &project, action);
+    }
     if let Command::AttestWorker { digests } = &cli.command {
         return smoke::attest_worker(&project.root, digests);
     }
@@ -394,7 +457,10 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
             json,
             all_unreferenced,
         } => gc::run(&ws, *dry_run, *all_unreferenced, *json),
-        Command::AttestWorker { .. } | Command::Completions { .. } => Ok(ExitCode::SUCCESS),
+        Command::AttestWorker { .. }
+        | Command::Completions { .. }
+        | Command::Toolchain { .. }
+        | Command::Init { .. } => Ok(ExitCode::SUCCESS),
     }
 }
 

@@ -10,8 +10,13 @@ use super::{Cli, print_json};
 /// `kart smoke`.
 pub fn run(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<ExitCode> {
     let fallback = ws.project.targets[0];
-    let report =
-        kart::build::smoke::run_smoke(&ws.store, cli.nvcc.as_deref(), &ws.project.root, fallback)?;
+    let report = kart::build::smoke::run_smoke(
+        &ws.store,
+        cli.nvcc.as_deref(),
+        &ws.project.root,
+        ws.installed_nvcc(),
+        fallback,
+    )?;
     if json {
         print_json(&report);
     } else {

@@ -4,7 +4,8 @@
 
 use std::path::PathBuf;
 
-/// Where `scripts/setup` installs a pip library, relative to the project root.
+/// Where a project may keep a pip library itself (`.toolchain/lib/NAME`), relative to
+/// the project root; else `kart toolchain install` puts it in kart's home.
 pub const LIBRARY_PREFIX: &str = ".toolchain/lib";
 
 /// A header library declared in `kart.toml`.

@@ -519,7 +519,7 @@ fn project_libraries(
                 return Err(file.error(
                     span,
                     format!("[library.{}] needs exactly one of `pip` and `path`", name.get_ref()),
-                    "`pip = \"nvidia-cutlass==4.2.0.0\"` (installed by scripts/setup) or `path = \"third_party/cutlass/include\"`",
+                    "`pip = \"nvidia-cutlass==4.2.0.0\"` (installed by `kart toolchain install`) or `path = \"third_party/cutlass/include\"`",
                 ));
             }
         };

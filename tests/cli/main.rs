@@ -6,6 +6,7 @@ mod libraries;
 mod malformed;
 mod remote;
 mod templates;
+mod toolchain;
 mod trust;
 mod variants;
 

@@ -116,7 +116,7 @@ fn smoke_end_to_end(_: &Fixture, gpu: &Gpu) -> TestResult {
         kart::store::Store::open(store_dir.path(), LockMode::Shared, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
     let report =
-        kart::build::smoke::run_smoke(&store, None, &repo_root(), "sm_90".parse().unwrap())
+        kart::build::smoke::run_smoke(&store, None, &repo_root(), None, "sm_90".parse().unwrap())
             .map_err(|e| e.to_string())?;
     for s in &report.stages {
         println!("    {:10} {:9.3} ms  {}", s.stage, s.ms, s.detail);

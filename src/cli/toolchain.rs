@@ -1,0 +1,206 @@
+//! `kart toolchain install | list | path | gc`.
+
+use std::process::ExitCode;
+
+use indicatif::{ProgressBar, ProgressStyle};
+
+use kart::error::{Error, Result};
+use kart::install::{Home, InstallProgress, ToolchainPins};
+use kart::project::Project;
+use kart::project::library::{Library, LibrarySource};
+
+use super::{Cli, ToolchainAction, print_json};
+
+pub fn run(cli: &Cli, project: &Project, action: &ToolchainAction) -> Result<ExitCode> {
+    let home = Home::from_env()?;
+    match action {
+        ToolchainAction::Install { json } => install(cli, &home, project, *json),
+        ToolchainAction::Path { what } => path(&home, project, what.is_some()),
+        ToolchainAction::Gc { dry_run } => gc(cli, &home, project, *dry_run),
+        ToolchainAction::List { .. } => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn pins(project: &Project) -> Result<ToolchainPins> {
+    ToolchainPins::of(project).ok_or_else(|| {
+        Error::usage(
+            "kart.toml pins no nvcc release",
+            Some("add `[toolchain]` with `nvcc = \"13.0\"` to kart.toml".into()),
+        )
+    })
+}
+
+fn pip_libraries(project: &Project) -> Vec<&Library> {
+    project
+        .libraries
+        .values()
+        .filter(|l| matches!(l.source, LibrarySource::Pip(_)))
+        .collect()
+}
+
+/// A bar per download on a terminal; one line per wheel otherwise; nothing with -q.
+struct Bars {
+    bar: ProgressBar,
+    quiet: bool,
+}
+
+impl InstallProgress for Bars {
+    fn start(&self, wheel: &str, total: Option<u64>) {
+        if self.quiet {
+            return;
+        }
+        if self.bar.is_hidden() {
+            eprintln!(
+                "downloading {}{}",
+                kart::untrusted::for_terminal(wheel),
+                total.map_or(String::new(), |t| format!(" ({:.1} MB)", t as f64 / 1e6))
+            );
+        }
+        self.bar.reset();
+        self.bar.set_length(total.unwrap_or(0));
+        self.bar
+            .set_message(kart::untrusted::for_terminal(wheel).into_owned());
+    }
+    fn advance(&self, done: u64) {
+        self.bar.set_position(done);
+    }
+    fn finish(&self, _wheel: &str) {
+        self.bar.set_position(self.bar.length().unwrap_or(0));
+    }
+}
+
+fn install(cli: &Cli, home: &Home, project: &Project, json: bool) -> Result<ExitCode> {
+    let pins = ToolchainPins::of(project);
+    let libraries = pip_libraries(project);
+    if pins.is_none() && libraries.is_empty() {
+        return Err(Error::usage(
+            "kart.toml pins nothing kart installs (no [toolchain] nvcc, no [library.*] pip)",
+            Some("add `[toolchain]` with `nvcc = \"13.0\"` to kart.toml".into()),
+        ));
+    }
+    let bar = if cli.quiet {
+        ProgressBar::hidden()
+    } else {
+        ProgressBar::new(0)
+    };
+    bar.set_style(
+        ProgressStyle::with_template("{msg:.50} {bytes}/{total_bytes} {bytes_per_sec} {wide_bar}")
+            .unwrap_or_else(|_| ProgressStyle::default_bar()),
+    );
+    let progress = Bars {
+        bar,
+        quiet: cli.quiet,
+    };
+    let report = kart::install::install(home, pins.as_ref(), &libraries, &progress)?;
+    progress.bar.finish_and_clear();
+    if json {
+        print_json(&report);
+    } else if !cli.quiet {
+        for (what, path) in &report.installed {
+            eprintln!("installed {what} in {}", path.display());
+        }
+        for (what, path) in &report.present {
+            eprintln!("{what}: already installed in {}", path.display());
+        }
+        if report.downloaded > 0 {
+            eprintln!(
+                "downloaded {:.1} MB, every wheel checked against its sha256",
+                report.downloaded as f64 / 1e6
+            );
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn path(home: &Home, project: &Project, nvcc: bool) -> Result<ExitCode> {
+    let pins = pins(project)?;
+    let Some(found) = kart::install::installed_nvcc(home, &pins) else {
+        return Err(Error::environment(
+            format!(
+                "nvcc {} as kart.toml pins it is not installed in {}",
+                pins.release,
+                home.root.display()
+            ),
+            "run `kart toolchain install`",
+        ));
+    };
+    let shown = if nvcc {
+        found
+    } else {
+        home.root.join("toolchains").join(pins.install_name()?)
+    };
+    println!("{}", shown.display());
+    Ok(ExitCode::SUCCESS)
+}
+
+/// The installs `project` uses.
+fn used_by(home: &Home, project: Option<&Project>) -> Vec<std::path::PathBuf> {
+    let Some(project) = project else {
+        return Vec::new();
+    };
+    let mut keep = Vec::new();
+    if let Some(pins) = ToolchainPins::of(project)
+        && let Ok(name) = pins.install_name()
+    {
+        keep.push(home.root.join("toolchains").join(name));
+    }
+    for library in pip_libraries(project) {
+        if let Some(folder) = kart::install::installed_library(home, library) {
+            keep.push(folder);
+        }
+    }
+    keep
+}
+
+pub fn list(project: Option<&Project>, json: bool) -> Result<ExitCode> {
+    let home = Home::from_env()?;
+    let installed = kart::install::list(&home);
+    if json {
+        print_json(&installed);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let used = used_by(&home, project);
+    if installed.is_empty() {
+        eprintln!(
+            "nothing installed in {} (`kart toolchain install` in a project)",
+            home.root.display()
+        );
+    }
+    for i in &installed {
+        let mark = if used.contains(&i.path) { "*" } else { " " };
+        println!(
+            "{mark} {:9} {:14} {:>8.1} MB  {}",
+            i.record.kind,
+            i.record.name,
+            i.bytes as f64 / 1e6,
+            i.path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn gc(cli: &Cli, home: &Home, project: &Project, dry_run: bool) -> Result<ExitCode> {
+    let keep = used_by(home, Some(project));
+    if dry_run {
+        for i in kart::install::list(home) {
+            if !keep.contains(&i.path) {
+                println!(
+                    "would remove {} ({:.1} MB)",
+                    i.path.display(),
+                    i.bytes as f64 / 1e6
+                );
+            }
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    let removed = kart::install::gc(home, &keep)?;
+    if !cli.quiet {
+        let bytes: u64 = removed.iter().map(|i| i.bytes).sum();
+        eprintln!(
+            "removed {} install(s), {:.1} MB",
+            removed.len(),
+            bytes as f64 / 1e6
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,239 @@
+//! The package index (PyPI's JSON simple API, PEP 691): which wheel file of a pinned
+//! `name==version` fits this machine, where it is and its sha256; and a download that
+//! streams to a file, hashes as it goes and keeps nothing that does not match.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Duration;
+
+use serde::Deserialize;
+use sha2::{Digest, Sha256};
+
+use crate::error::{Error, IoContext, Result};
+
+/// The index kart asks, unless `KART_INDEX_URL` names another (a mirror speaking the
+/// same JSON simple API).
+pub const DEFAULT_INDEX: &str = "https://pypi.org/simple";
+
+/// One wheel file of a release.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct WheelFile {
+    /// `nvidia_cuda_nvcc-13.0.88-py3-none-manylinux2014_x86_64….whl`.
+    pub filename: String,
+    /// Where to download it.
+    pub url: String,
+    /// Its sha256, as the index gives it (or as kart pins it).
+    pub sha256: String,
+    /// Its size in bytes, when the index says.
+    pub size: Option<u64>,
+}
+
+#[derive(Deserialize)]
+struct Project {
+    files: Vec<File>,
+}
+
+#[derive(Deserialize)]
+struct File {
+    filename: String,
+    url: String,
+    hashes: std::collections::BTreeMap<String, String>,
+    size: Option<u64>,
+    #[serde(default)]
+    yanked: serde_json::Value,
+}
+
+/// The platform tag fragment a wheel must carry on this machine (`x86_64`,
+/// `aarch64`), or an error on a platform no nvcc wheel exists for.
+pub fn machine_tag() -> Result<&'static str> {
+    match (std::env::consts::OS, std::env::consts::ARCH) {
+        ("linux", "x86_64") => Ok("x86_64"),
+        ("linux", "aarch64") => Ok("aarch64"),
+        (os, arch) => Err(Error::environment(
+            format!("kart installs nvcc wheels on Linux x86_64 and aarch64, not {os} {arch}"),
+            "install the CUDA toolkit and pass --nvcc (or set KART_NVCC)",
+        )),
+    }
+}
+
+/// A blocking HTTP client for the index and its files.
+pub struct Index {
+    base: String,
+    client: reqwest::Client,
+    runtime: tokio::runtime::Runtime,
+}
+
+impl Index {
+    /// The index of `KART_INDEX_URL`, else PyPI.
+    pub fn from_env() -> Result<Index> {
+        let base = std::env::var("KART_INDEX_URL")
+            .ok()
+            .filter(|u| !u.is_empty())
+            .unwrap_or_else(|| DEFAULT_INDEX.to_string());
+        let fail = |e: String| Error::environment(format!("cannot start an HTTP client: {e}"), "");
+        let client = reqwest::Client::builder()
+            .connect_timeout(Duration::from_secs(15))
+            .user_agent(concat!("kart/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .map_err(|e| fail(e.to_string()))?;
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| fail(e.to_string()))?;
+        Ok(Index {
+            base: base.trim_end_matches('/').to_string(),
+            client,
+            runtime,
+        })
+    }
+
+    fn error(&self, url: &str, message: String) -> Error {
+        Error::environment(
+            format!("package index: {url}: {message}"),
+            "check the network (or KART_INDEX_URL), then run `kart toolchain install` again",
+        )
+    }
+
+    /// The wheel of `name==version` for this machine (a Linux wheel of its
+    /// architecture, or a pure-Python one).
+    pub fn find_wheel(&self, name: &str, version: &str) -> Result<WheelFile> {
+        let tag = machine_tag()?;
+        let url = format!("{}/{}/", self.base, normalize(name));
+        let body = self.runtime.block_on(async {
+            let response = tokio::time::timeout(
+                Duration::from_secs(60),
+                self.client
+                    .get(&url)
+                    .header("Accept", "application/vnd.pypi.simple.v1+json")
+                    .send(),
+            )
+            .await
+            .map_err(|_| "no answer within 60 s".to_string())?
+            .map_err(|e| e.without_url().to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("answered {}", response.status()));
+            }
+            tokio::time::timeout(Duration::from_secs(60), response.bytes())
+                .await
+                .map_err(|_| "the answer took over 60 s".to_string())?
+                .map_err(|e| e.without_url().to_string())
+        });
+        let body = body.map_err(|m| self.error(&url, m))?;
+        let project: Project = serde_json::from_slice(&body)
+            .map_err(|e| self.error(&url, format!("not the JSON simple API ({e})")))?;
+        let wanted = format!("{}-{version}-", wheel_name(name));
+        project
+            .files
+            .into_iter()
+            .filter(|f| {
+                f.filename.to_lowercase().starts_with(&wanted)
+                    && (f.filename.ends_with("-any.whl")
+                        || (f.filename.ends_with(".whl")
+                            && f.filename.contains("linux")
+                            && f.filename.contains(tag)))
+                    && matches!(
+                        f.yanked,
+                        serde_json::Value::Null | serde_json::Value::Bool(false)
+                    )
+            })
+            .find_map(|f| {
+                let sha256 = f.hashes.get("sha256")?.to_lowercase();
+                crate::digest::is_sha256_hex(&sha256).then_some(WheelFile {
+                    filename: f.filename,
+                    url: f.url,
+                    sha256,
+                    size: f.size,
+                })
+            })
+            .ok_or_else(|| {
+                Error::environment(
+                    format!("the index has no Linux {tag} wheel of `{name}=={version}` (at {url})"),
+                    "check the pin's spelling and version on the index",
+                )
+            })
+    }
+
+    /// Downloads `wheel` to `dest`, checking its sha256; `progress` gets the bytes so far.
+    /// A transfer that moves nothing for 60 s is given up. Nothing is left at `dest`
+    /// unless the bytes match.
+    pub fn download(&self, wheel: &WheelFile, dest: &Path, progress: &dyn Fn(u64)) -> Result<()> {
+        let folder = dest.parent().unwrap_or(Path::new("."));
+        std::fs::create_dir_all(folder).at("create", folder)?;
+        let mut part = tempfile::Builder::new()
+            .prefix(kart_runtime::store::fsutil::TEMP_PREFIX)
+            .tempfile_in(folder)
+            .at("create a temporary file in", folder)?;
+        let result: std::result::Result<String, String> = self.runtime.block_on(async {
+            let stall = Duration::from_secs(60);
+            let mut response = tokio::time::timeout(stall, self.client.get(&wheel.url).send())
+                .await
+                .map_err(|_| "no answer within 60 s".to_string())?
+                .map_err(|e| e.without_url().to_string())?;
+            if !response.status().is_success() {
+                return Err(format!("answered {}", response.status()));
+            }
+            let mut hasher = Sha256::new();
+            let mut done = 0u64;
+            loop {
+                match tokio::time::timeout(stall, response.chunk()).await {
+                    Err(_) => return Err("the transfer stalled for 60 s".to_string()),
+                    Ok(Err(e)) => return Err(e.without_url().to_string()),
+                    Ok(Ok(None)) => break,
+                    Ok(Ok(Some(chunk))) => {
+                        hasher.update(&chunk);
+                        part.write_all(&chunk).map_err(|e| e.to_string())?;
+                        done += chunk.len() as u64;
+                        progress(done);
+                    }
+                }
+            }
+            Ok(format!("{:x}", hasher.finalize()))
+        });
+        let got = result.map_err(|m| self.error(&wheel.url, m))?;
+        if got != wheel.sha256 {
+            return Err(Error::environment(
+                format!(
+                    "`{}` downloaded with sha256 {got}, but {} was expected: nothing was installed",
+                    wheel.filename, wheel.sha256
+                ),
+                "a proxy or mirror changed the file; run `kart toolchain install` again, or check KART_INDEX_URL",
+            ));
+        }
+        part.as_file().sync_all().at("sync", dest)?;
+        part.persist(dest)
+            .map_err(|e| e.error)
+            .at("rename to", dest)?;
+        Ok(())
+    }
+}
+
+/// A project name as the simple API spells it (PEP 503).
+fn normalize(name: &str) -> String {
+    let mut out = String::new();
+    for c in name.chars() {
+        if matches!(c, '-' | '_' | '.') {
+            if !out.ends_with('-') {
+                out.push('-');
+            }
+        } else {
+            out.push(c.to_ascii_lowercase());
+        }
+    }
+    out
+}
+
+/// A project name as wheel files spell it (`nvidia_cuda_nvcc`).
+fn wheel_name(name: &str) -> String {
+    normalize(name).replace('-', "_")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_spelled_as_the_index_and_wheels_spell_them() {
+        assert_eq!(normalize("NVIDIA_cuda.nvcc"), "nvidia-cuda-nvcc");
+        assert_eq!(wheel_name("nvidia-cuda-nvcc"), "nvidia_cuda_nvcc");
+    }
+}

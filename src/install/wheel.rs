@@ -1,0 +1,158 @@
+//! Unpacking a wheel (a zip file) into a folder, as `pip install --target` lays it out.
+//! A wheel is data from the network: a member whose path is absolute, leaves the
+//! folder, or is a link is refused, and sizes are bounded.
+
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use crate::error::{Error, IoContext, Result};
+
+/// The most one wheel may unpack to: the largest toolkit component wheels unpack to a
+/// few GiB.
+const MAX_UNPACKED_BYTES: u64 = 16 << 30;
+
+/// Unpacks `wheel` into `dest` (created if needed); files already there are replaced
+/// (wheels of one toolkit share a few files, as pip's installs do). Returns the number
+/// of files written.
+pub fn unpack(wheel: &Path, dest: &Path) -> Result<usize> {
+    let file = std::fs::File::open(wheel).at("open", wheel)?;
+    let bad = |message: String| {
+        Error::environment(
+            format!("wheel `{}`: {message}", wheel.display()),
+            "the file is not a wheel kart can install; run `kart toolchain install` again",
+        )
+    };
+    let mut archive =
+        zip::ZipArchive::new(std::io::BufReader::new(file)).map_err(|e| bad(e.to_string()))?;
+    let mut total = 0u64;
+    let mut written = 0usize;
+    for i in 0..archive.len() {
+        let mut member = archive.by_index(i).map_err(|e| bad(e.to_string()))?;
+        let name = member.name().map_err(|e| bad(e.to_string()))?.into_owned();
+        let Some(relative) = safe_path(&name) else {
+            return Err(bad(format!(
+                "member {} is not a relative path inside the wheel",
+                crate::untrusted::quoted(&name)
+            )));
+        };
+        let path = dest.join(&relative);
+        if member.is_dir() {
+            std::fs::create_dir_all(&path).at("create", &path)?;
+            continue;
+        }
+        if member.is_symlink() {
+            return Err(bad(format!(
+                "member {} is a symbolic link",
+                crate::untrusted::quoted(&name)
+            )));
+        }
+        total = total.saturating_add(member.size());
+        if total > MAX_UNPACKED_BYTES {
+            return Err(bad(format!(
+                "unpacks to more than {} GiB",
+                MAX_UNPACKED_BYTES >> 30
+            )));
+        }
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).at("create", parent)?;
+        }
+        let mode = member.unix_mode().unwrap_or(0o644);
+        // Replace, never write through: an existing file may be a hard link elsewhere.
+        let _ = std::fs::remove_file(&path);
+        let mut out = std::fs::File::create(&path).at("create", &path)?;
+        let size = member.size();
+        let copied =
+            std::io::copy(&mut (&mut member).take(size + 1), &mut out).at("write", &path)?;
+        if copied != size {
+            return Err(bad(format!(
+                "member {} holds {copied} bytes, not the {} its header says",
+                crate::untrusted::quoted(&name),
+                size
+            )));
+        }
+        set_mode(&path, mode)?;
+        written += 1;
+    }
+    Ok(written)
+}
+
+/// `name` as a relative path of normal components only.
+fn safe_path(name: &str) -> Option<PathBuf> {
+    let path = Path::new(name);
+    let mut out = PathBuf::new();
+    for component in path.components() {
+        match component {
+            Component::Normal(c) => out.push(c),
+            Component::CurDir => {}
+            _ => return None,
+        }
+    }
+    (!out.as_os_str().is_empty()).then_some(out)
+}
+
+/// The member's permission bits, executable ones kept (nvcc, ptxas, cicc), nothing
+/// beyond `rwx` for user, group and others.
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    let mode = (mode & 0o755) | 0o600;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .at("set the mode of", path)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_relative_paths_inside_the_wheel_are_taken() {
+        assert_eq!(
+            safe_path("nvidia/cu13/bin/nvcc"),
+            Some("nvidia/cu13/bin/nvcc".into())
+        );
+        assert_eq!(safe_path("./a/b"), Some("a/b".into()));
+        for bad in ["/etc/passwd", "../x", "a/../../x", "", "."] {
+            assert_eq!(safe_path(bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_wheel_unpacks_with_its_modes_and_a_hostile_one_is_refused() {
+        use std::io::Write;
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let make = |name: &str, members: &[(&str, u32, &[u8])]| {
+            let path = dir.path().join(name);
+            let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+            for (member, mode, bytes) in members {
+                let options = zip::write::SimpleFileOptions::default().unix_permissions(*mode);
+                zip.start_file(*member, options).unwrap();
+                zip.write_all(bytes).unwrap();
+            }
+            zip.finish().unwrap();
+            path
+        };
+        let good = make(
+            "good.whl",
+            &[
+                ("pkg/bin/tool", 0o755, b"#!/bin/sh\n"),
+                ("pkg/include/a.h", 0o644, b"// a\n"),
+            ],
+        );
+        let out = dir.path().join("out");
+        assert_eq!(unpack(&good, &out).unwrap(), 2);
+        let mode = std::fs::metadata(out.join("pkg/bin/tool"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(
+            std::fs::read(out.join("pkg/include/a.h")).unwrap(),
+            b"// a\n"
+        );
+
+        let hostile = make("bad.whl", &[("../escape.h", 0o644, b"x")]);
+        let err = unpack(&hostile, &dir.path().join("out2")).unwrap_err();
+        assert!(err.to_string().contains("not a relative path"), "{err}");
+        assert!(!dir.path().join("escape.h").exists());
+    }
+}

@@ -24,6 +24,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("runtime-only: {e}");
+            let mut source = std::error::Error::source(&e);
+            while let Some(s) = source {
+                eprintln!("  because: {s}");
+                source = s.source();
+            }
             if let Some(hint) = e.hint() {
                 eprintln!("  hint: {hint}");
             }

@@ -266,6 +266,7 @@ mod tests {
             derived: Vec::new(),
             launch: None,
             variant_of: None,
+            declared_in_source: Default::default(),
             kept: Default::default(),
         };
         (toolchain, kernel)

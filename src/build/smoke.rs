@@ -57,6 +57,7 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         derived: Vec::new(),
         launch: None,
         variant_of: None,
+        declared_in_source: Default::default(),
         kept: Default::default(),
     }
 }

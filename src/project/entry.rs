@@ -100,6 +100,115 @@ impl TemplateEntry {
     }
 }
 
+/// Words after which a name is being declared (`constexpr uint W = …`, `int W;`).
+const DECLARING_WORDS: &[&str] = &[
+    "auto",
+    "bool",
+    "char",
+    "const",
+    "constexpr",
+    "define",
+    "double",
+    "float",
+    "int",
+    "int32_t",
+    "int64_t",
+    "long",
+    "short",
+    "signed",
+    "size_t",
+    "uint",
+    "uint32_t",
+    "uint64_t",
+    "unsigned",
+];
+
+/// Which of `names` the C++ `source` declares itself: `#define NAME`, a declaration
+/// after a type word (`constexpr uint NAME = …`, `int NAME;`), or an assignment
+/// `NAME = …`. A source that uses NAME as a macro can do none of these (after `-D`
+/// they would read `int 2` or `2 = …`), so such a name is the source's own and must
+/// not be passed as `-DNAME=…`. Comments and string literals are skipped.
+pub fn declared_names(source: &str, names: &[&str]) -> BTreeSet<String> {
+    let code = strip_comments_and_strings(source);
+    let bytes = code.as_bytes();
+    let mut found = BTreeSet::new();
+    let mut previous: Option<&str> = None;
+    let mut i = 0;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if c.is_ascii_alphabetic() || c == b'_' {
+            let start = i;
+            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                i += 1;
+            }
+            let word = &code[start..i];
+            if names.contains(&word) {
+                let rest = code[i..].trim_start();
+                let assigned = rest.starts_with('=') && !rest.starts_with("==");
+                let declared = previous.is_some_and(|p| DECLARING_WORDS.contains(&p));
+                if assigned || declared {
+                    found.insert(word.to_string());
+                }
+            }
+            previous = Some(word);
+        } else {
+            if !c.is_ascii_whitespace() && c != b'#' {
+                previous = None;
+            }
+            i += 1;
+        }
+    }
+    found
+}
+
+/// `source` with comments and the insides of string and character literals blanked
+/// out (lengths kept).
+fn strip_comments_and_strings(source: &str) -> String {
+    let bytes = source.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        match (bytes[i], bytes.get(i + 1)) {
+            (b'/', Some(b'/')) => {
+                while i < bytes.len() && bytes[i] != b'\n' {
+                    out.push(b' ');
+                    i += 1;
+                }
+            }
+            (b'/', Some(b'*')) => {
+                out.extend_from_slice(b"  ");
+                i += 2;
+                while i < bytes.len() && !(bytes[i] == b'*' && bytes.get(i + 1) == Some(&b'/')) {
+                    out.push(if bytes[i] == b'\n' { b'\n' } else { b' ' });
+                    i += 1;
+                }
+                out.extend_from_slice(b"  ");
+                i += 2;
+            }
+            (q @ (b'"' | b'\''), _) => {
+                out.push(b' ');
+                i += 1;
+                while i < bytes.len() && bytes[i] != q && bytes[i] != b'\n' {
+                    if bytes[i] == b'\\' {
+                        out.push(b' ');
+                        i += 1;
+                    }
+                    out.push(b' ');
+                    i += 1;
+                }
+                out.push(b' ');
+                i += 1;
+            }
+            (c, _) => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    out.truncate(bytes.len());
+    String::from_utf8_lossy(&out).into_owned()
+}
+
 /// The generated translation unit: the kernel source (its file name, found through the
 /// `-I` of its folder, so line markers name it by its project-relative path), then one
 /// host-side reference per template instance so that the compiler instantiates each for
@@ -320,6 +429,22 @@ mod tests {
             Ok(EntrySpec::Template(t)) => t,
             other => panic!("{text}: {other:?}"),
         }
+    }
+
+    #[test]
+    fn a_name_the_source_declares_is_its_own() {
+        let source = r#"
+// WMITER = 3 in a comment is not a declaration
+#define MINE 4
+constexpr uint WMITER = (WM * WN) / (WARPSIZE * TM * TN * WNITER);
+template <int BM> __global__ void k(float* out) {
+  const char* s = "THREADS = 1";
+  out[threadIdx.x] = THREADS + WMITER + MINE + (USED == 2);
+}
+"#;
+        let names = ["WMITER", "THREADS", "MINE", "USED", "BM"];
+        let found: Vec<String> = declared_names(source, &names).into_iter().collect();
+        assert_eq!(found, ["BM", "MINE", "WMITER"]);
     }
 
     #[test]

@@ -98,6 +98,9 @@ pub struct Kernel {
     /// the same way (same entries and call signatures, same tuning problem); `best()`
     /// and resolution choose among the base and its variants.
     pub variant_of: Option<VariantOf>,
+    /// Derived params the kernel's sources declare themselves (`constexpr uint W = …`,
+    /// `#define W`): never passed as macros under `param_macros = "auto"`.
+    pub declared_in_source: BTreeSet<String>,
     /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
     /// thousands of combinations is not filtered again by every later step).
     pub kept: std::sync::OnceLock<Vec<Config>>,
@@ -193,10 +196,13 @@ impl Kernel {
         let in_templates: BTreeSet<String> = match self.param_macros {
             ParamMacros::All => BTreeSet::new(),
             ParamMacros::None => return Vec::new(),
+            // A value reaches the source once: not as a macro when a template entry
+            // takes it, nor when the source computes a derived param of that name.
             ParamMacros::Auto => self
                 .templates
                 .values()
                 .flat_map(|t| t.uses(values.keys().map(String::as_str)))
+                .chain(self.declared_in_source.iter().cloned())
                 .collect(),
         };
         // Params first, then derived params, each in name order (as before templates).

@@ -287,9 +287,11 @@ pub fn load_kernel(
                 column,
             }
         }),
+        declared_in_source: Default::default(),
         kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;
+    kernel.declared_in_source = declared_derived(&kernel, root)?;
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
     let configs = check_grid(&file, &raw, &kernel)?;
@@ -297,6 +299,20 @@ pub fn load_kernel(
     kernel.default = default_config(&file, &raw, &kernel, &configs)?;
     kernel.kept = configs.into();
     Ok(kernel)
+}
+
+/// The derived params the kernel's sources declare themselves.
+fn declared_derived(kernel: &Kernel, root: &Path) -> Result<std::collections::BTreeSet<String>> {
+    let names: Vec<&str> = kernel.derived.iter().map(|d| d.name.as_str()).collect();
+    let mut found = std::collections::BTreeSet::new();
+    if names.is_empty() {
+        return Ok(found);
+    }
+    for source in &kernel.sources {
+        let text = read_text(&root.join(source))?;
+        found.extend(crate::project::entry::declared_names(&text, &names));
+    }
+    Ok(found)
 }
 
 /// Where a kernel lives: the project root, its folder relative to it, and absolute.
@@ -1467,6 +1483,7 @@ mod tests {
             derived: Vec::new(),
             launch: None,
             variant_of: None,
+            declared_in_source: Default::default(),
             kept: Default::default(),
         }
     }

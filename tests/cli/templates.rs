@@ -173,3 +173,50 @@ fn a_wrong_entry_expression_says_what_and_where() {
     let all = text(&out);
     assert!(all.contains("nvcc failed") && all.contains("fil"), "{all}");
 }
+
+/// A derived param the source computes itself (as a public warp-tiled SGEMM declares
+/// `constexpr uint WMITER = …`) is not passed as `-DWMITER=…` under `param_macros =
+/// "auto"`; a derived param the source only uses (as the repository's sgemm uses
+/// THREADS) still is.
+#[test]
+fn a_derived_param_the_source_declares_is_not_a_macro() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/warps/warps.cu",
+        r#"constexpr unsigned WMITER = (WM * WN) / (32 * TM * WNITER);
+extern "C" __global__ void warps(float* out) {
+  out[threadIdx.x] = float(WMITER * THREADS);
+}
+"#,
+    );
+    p.write(
+        "kernels/warps/kernel.toml",
+        r#"name = "warps"
+sources = ["warps.cu"]
+entry = ["warps"]
+
+[params]
+WM = [64]
+WN = [64]
+TM = [8]
+WNITER = [4]
+
+[derived]
+WMITER = "(WM * WN) / (32 * TM * WNITER)"
+THREADS = "WM * 2"
+"#,
+    );
+    p.ok(&["build"]);
+    let line = p.compile_lines().into_iter().next().unwrap_or_default();
+    assert!(
+        line.contains("-DTHREADS=128") && !line.contains("-DWMITER"),
+        "{line}"
+    );
+    let explain = stdout(&p.ok(&[
+        "explain", "warps", "-p", "WM=64", "-p", "WN=64", "-p", "TM=8", "-p", "WNITER=4",
+    ]));
+    assert!(
+        explain.contains("param macros passed: TM WM WN WNITER THREADS"),
+        "{explain}"
+    );
+}

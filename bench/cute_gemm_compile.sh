@@ -10,7 +10,7 @@
 set -euo pipefail
 kart=$(realpath target/release/kart)
 export KART_NVCC=${KART_NVCC:-$PWD/.toolchain/py/nvidia/cu13/bin/nvcc}
-include=.toolchain/lib/cutlass/cutlass_library/source/include
+include=$("$kart" toolchain path cutlass)/cutlass_library/source/include
 source "$(dirname "$0")/median_ms.sh"
 echo "kart $(git rev-parse --short HEAD), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "headers: $(find "$include" -type f | wc -l) files, $(du -sm "$include" | cut -f1) MB"

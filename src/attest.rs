@@ -199,6 +199,15 @@ impl AttestFile {
     }
 }
 
+/// Merges `records` into the project's `kart.attest` (under `root`), dropping records
+/// of blobs `lock` no longer names, and writes it if it changed.
+pub fn save_records(root: &Path, records: Vec<Attestation>, lock: &Lockfile) -> Result<bool> {
+    let path = root.join(ATTEST_FILE);
+    let mut file = AttestFile::read(&path, Path::new(ATTEST_FILE))?;
+    file.merge(records, lock);
+    file.write(&path)
+}
+
 /// The driver release, from the kernel module's version file on Linux; `None` where it
 /// cannot be read.
 pub fn driver_release() -> Option<String> {

@@ -6,6 +6,7 @@
 //! is re-exported here under the same module names ([`store`], [`runtime`], [`model`],
 //! …), so a build tool and a loader share one vocabulary. The modules of this crate,
 //! each importing only those before it (`scripts/check-layout` checks it):
+//! - [`pool`]: the one worker pool and the reporter that shows nothing;
 //! - [`project`]: the project language, `kart.toml` and `kernel.toml` read and checked
 //!   ([`project::manifest`]), a kernel ([`project::kernel`]), its grid
 //!   ([`project::grid`]) and template entries ([`project::entry`]);
@@ -29,6 +30,7 @@ pub mod export;
 pub mod init;
 pub mod install;
 pub mod maintain;
+pub mod pool;
 pub mod project;
 pub mod remote;
 pub mod tune;

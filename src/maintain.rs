@@ -88,8 +88,7 @@ pub fn verify(
                 .filter_map(|a| ws.project.kernels.iter().find(|k| k.name == a.kernel)),
         )?;
         let jobs = std::thread::available_parallelism().map_or(1, |n| n.get());
-        let results =
-            crate::remote::parallel_map(&picked, jobs, |a| rebuild_one(ws, &toolchain, a));
+        let results = crate::pool::parallel_map(&picked, jobs, |a| rebuild_one(ws, &toolchain, a));
         let mut failed = Vec::new();
         for (a, result) in picked.iter().zip(results) {
             match result {

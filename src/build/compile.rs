@@ -386,6 +386,15 @@ pub fn parse_depfile(text: &str) -> Vec<PathBuf> {
     deps
 }
 
+/// nvcc's warnings in its stored output: without `--resource-usage`'s `ptxas info`
+/// lines and their indented continuations, which the lock already carries as numbers.
+pub fn warnings(stderr: &str) -> Vec<&str> {
+    stderr
+        .lines()
+        .filter(|l| !l.starts_with("ptxas info") && !l.starts_with("    ") && !l.trim().is_empty())
+        .collect()
+}
+
 /// Every file nvcc read must be an input of the key (one of the kernel's `sources`, a
 /// file of a declared include folder or listed header library), part of the toolkit, or
 /// a system header: otherwise a change to it

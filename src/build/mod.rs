@@ -2,6 +2,7 @@
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
 pub mod compile;
+pub mod explain;
 pub mod key;
 pub mod library;
 mod plan;
@@ -14,7 +15,6 @@ pub mod workspace;
 pub use plan::{Planned, Selection};
 
 use std::path::{Path, PathBuf};
-use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
@@ -109,8 +109,7 @@ pub trait BuildReporter: Sync {
 }
 
 /// A reporter that shows nothing.
-pub struct Silent;
-impl BuildReporter for Silent {}
+impl BuildReporter for crate::pool::Silent {}
 
 /// What a build did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -251,12 +250,8 @@ pub fn build(
             .iter()
             .map(|e| (e.key.as_str(), e.digest.as_str()))
             .collect();
-        let report = crate::remote::transfer::push_keys(
-            &ws.store,
-            remote,
-            &keys,
-            &crate::remote::transfer::Quiet,
-        )?;
+        let report =
+            crate::remote::transfer::push_keys(&ws.store, remote, &keys, &crate::pool::Silent)?;
         summary.pushed = report.blobs_uploaded;
     }
     let mut mismatches = Vec::new();
@@ -294,42 +289,30 @@ fn compile_all(
     options: &BuildOptions,
     reporter: &dyn BuildReporter,
 ) -> Vec<String> {
-    let next = AtomicUsize::new(0);
-    let failures = Mutex::new(Vec::new());
     let stop = std::sync::atomic::AtomicBool::new(false);
     let skipped = AtomicUsize::new(0);
-    if jobs.is_empty() {
-        return Vec::new();
-    }
     let host_compiler = toolchain.host_compiler();
-    std::thread::scope(|scope| {
-        for _ in 0..options.jobs.clamp(1, jobs.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(p) = jobs.get(i) else { break };
-                    if stop.load(Ordering::Relaxed) {
-                        skipped.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    let name = p.describe(&ws.project);
-                    match compile_one(ws, toolchain, p, options.timeout, &host_compiler) {
-                        Ok(elapsed) => reporter.compiled(&name, Ok(elapsed)),
-                        Err(failure) => {
-                            if options.fail_fast {
-                                stop.store(true, Ordering::Relaxed);
-                            }
-                            reporter.compiled(&name, Err(&failure));
-                            if let Ok(mut f) = failures.lock() {
-                                f.push(format!("  {name}: {}", failure.summary));
-                            }
-                        }
-                    }
+    let outcomes = crate::pool::parallel_map(jobs, options.jobs, |p| {
+        if stop.load(Ordering::Relaxed) {
+            skipped.fetch_add(1, Ordering::Relaxed);
+            return None;
+        }
+        let name = p.describe(&ws.project);
+        match compile_one(ws, toolchain, p, options.timeout, &host_compiler) {
+            Ok(elapsed) => {
+                reporter.compiled(&name, Ok(elapsed));
+                None
+            }
+            Err(failure) => {
+                if options.fail_fast {
+                    stop.store(true, Ordering::Relaxed);
                 }
-            });
+                reporter.compiled(&name, Err(&failure));
+                Some(format!("  {name}: {}", failure.summary))
+            }
         }
     });
-    let mut failures = failures.into_inner().unwrap_or_default();
+    let mut failures: Vec<String> = outcomes.into_iter().flatten().collect();
     failures.sort();
     let skipped = skipped.into_inner();
     if skipped > 0 {

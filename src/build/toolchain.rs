@@ -241,14 +241,6 @@ impl Toolchain {
         ))
     }
 
-    /// The release without the patch level, `13.0`.
-    pub fn major_minor(&self) -> &str {
-        match self.release.match_indices('.').nth(1) {
-            Some((i, _)) => &self.release[..i],
-            None => &self.release,
-        }
-    }
-
     /// Whether this nvcc can compile for `target` (by its base `sm_XX`).
     pub fn supports(&self, target: &crate::target::TargetArch) -> bool {
         self.gpu_codes.iter().any(|c| *c == target.base_name())

@@ -130,7 +130,7 @@ impl Workspace {
         }
         match remote.filter(|r| r.trusted) {
             Some(remote) => {
-                let found = crate::remote::parallel_map(&ask_remote, remote.jobs, |a| {
+                let found = crate::pool::parallel_map(&ask_remote, remote.jobs, |a| {
                     remote.get_entry(&a.key).ok().flatten()
                 });
                 for (a, entry) in ask_remote.iter().zip(found) {

@@ -131,13 +131,7 @@ fn replay_warnings(
     let planned = ws.plan(&toolchain)?;
     for p in ws.select(&planned, selection)? {
         if let Ok(Some(entry)) = ws.store.get_entry(&p.key) {
-            let warnings: Vec<&str> = entry
-                .stderr
-                .lines()
-                .filter(|l| {
-                    !l.starts_with("ptxas info") && !l.starts_with("    ") && !l.trim().is_empty()
-                })
-                .collect();
+            let warnings = kart::build::compile::warnings(&entry.stderr);
             if !warnings.is_empty() {
                 eprintln!("{} {}:", entry.kernel, entry.config);
                 for w in warnings {

@@ -283,10 +283,10 @@ pub enum ToolchainAction {
         #[arg(long)]
         json: bool,
     },
-    /// Print the folder of this project's installed toolchain (`path nvcc`: nvcc itself).
+    /// Print the folder of this project's installed toolchain; `path nvcc`: nvcc
+    /// itself; `path NAME`: the installed folder of the header library `[library.NAME]`.
     Path {
-        /// `nvcc`: print nvcc's path instead of the install's folder.
-        #[arg(value_parser = ["nvcc"])]
+        /// `nvcc`, or the name of a `[library.NAME]` of kart.toml.
         what: Option<String>,
     },
     /// Remove every install this project does not pin (other projects reinstall theirs

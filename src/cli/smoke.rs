@@ -38,7 +38,7 @@ pub fn run(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<
 
 /// `kart smoke --all`: attest every loadable cubin of the lock.
 pub fn attest(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
-    use kart::attest::{ATTEST_FILE, AttestFile, Outcome, check_in_children, loadable_cubins};
+    use kart::attest::{ATTEST_FILE, Outcome, check_in_children, loadable_cubins};
     let lock = ws.lock()?;
     let gpu = kart::runtime::Gpu::open(0)?;
     let candidates = loadable_cubins(&lock, gpu.capability);
@@ -74,11 +74,8 @@ pub fn attest(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
             }
         }
     }
-    let path = ws.project.root.join(ATTEST_FILE);
-    let mut file = AttestFile::read(&path, std::path::Path::new(ATTEST_FILE))?;
     let passed = records.len();
-    file.merge(records, &lock);
-    let changed = file.write(&path)?;
+    let changed = kart::attest::save_records(&ws.project.root, records, &lock)?;
     println!(
         "attest: {passed} passed, {failed} failed on {}; {ATTEST_FILE} {}",
         gpu.name,

@@ -15,7 +15,7 @@ pub fn run(cli: &Cli, project: &Project, action: &ToolchainAction) -> Result<Exi
     let home = Home::from_env()?;
     match action {
         ToolchainAction::Install { json } => install(cli, &home, project, *json),
-        ToolchainAction::Path { what } => path(&home, project, what.is_some()),
+        ToolchainAction::Path { what } => path(&home, project, what.as_deref()),
         ToolchainAction::Gc { dry_run } => gc(cli, &home, project, *dry_run),
         ToolchainAction::List { .. } => Ok(ExitCode::SUCCESS),
     }
@@ -112,7 +112,32 @@ fn install(cli: &Cli, home: &Home, project: &Project, json: bool) -> Result<Exit
     Ok(ExitCode::SUCCESS)
 }
 
-fn path(home: &Home, project: &Project, nvcc: bool) -> Result<ExitCode> {
+fn path(home: &Home, project: &Project, what: Option<&str>) -> Result<ExitCode> {
+    if let Some(name) = what.filter(|w| *w != "nvcc") {
+        let Some(library) = project.libraries.get(name) else {
+            let mut names: Vec<&str> = vec!["nvcc"];
+            names.extend(project.libraries.keys().map(String::as_str));
+            return Err(Error::usage(
+                format!(
+                    "kart.toml has no [library.{}]",
+                    kart::untrusted::for_terminal(name)
+                ),
+                Some(format!("one of: {}", names.join(", "))),
+            ));
+        };
+        let Some(folder) = kart::install::installed_library(home, library) else {
+            return Err(Error::environment(
+                format!(
+                    "header library `{name}` is not installed in {}",
+                    home.root.display()
+                ),
+                "run `kart toolchain install`",
+            ));
+        };
+        println!("{}", folder.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    let nvcc = what.is_some();
     let pins = pins(project)?;
     let Some(found) = kart::install::installed_nvcc(home, &pins) else {
         return Err(Error::environment(

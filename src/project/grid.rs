@@ -53,23 +53,6 @@ pub struct Grid<'a> {
 }
 
 impl Grid<'_> {
-    /// Every combination of the params' values, in a fixed order.
-    pub fn raw_configs(&self) -> Vec<Config> {
-        let mut configs = vec![Config::default()];
-        for (name, values) in self.params {
-            let mut next = Vec::with_capacity(configs.len() * values.len());
-            for config in &configs {
-                for value in values {
-                    let mut c = config.clone();
-                    c.0.insert(name.clone(), value.clone());
-                    next.push(c);
-                }
-            }
-            configs = next;
-        }
-        configs
-    }
-
     /// The derived params of a config, in dependency order.
     pub fn derived_values(
         &self,

@@ -154,11 +154,6 @@ impl Kernel {
         }
     }
 
-    /// Every combination of the params' values, before exclusions and rules.
-    pub fn raw_configs(&self) -> Vec<Config> {
-        self.grid().raw_configs()
-    }
-
     /// The derived params of `config`, in evaluation order.
     pub fn derived_values(
         &self,

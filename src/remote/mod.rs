@@ -248,12 +248,6 @@ impl Remote {
         })
     }
 
-    /// Why this remote was given up for the rest of the run (a request timed out), if
-    /// it was.
-    pub fn given_up(&self) -> Option<String> {
-        self.breaker.why()
-    }
-
     /// The URL, without credentials or query (safe to print).
     pub fn url(&self) -> &str {
         &self.shown
@@ -532,38 +526,6 @@ fn jitter() -> f64 {
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
 }
 
-/// Runs `f` over `items` on up to `jobs` threads; results in input order.
-pub fn parallel_map<T: Sync, R: Send>(
-    items: &[T],
-    jobs: usize,
-    f: impl Fn(&T) -> R + Sync,
-) -> Vec<R> {
-    use std::sync::Mutex;
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    let next = AtomicUsize::new(0);
-    let results: Mutex<Vec<Option<R>>> = Mutex::new((0..items.len()).map(|_| None).collect());
-    std::thread::scope(|scope| {
-        for _ in 0..jobs.clamp(1, items.len().max(1)) {
-            scope.spawn(|| {
-                loop {
-                    let i = next.fetch_add(1, Ordering::Relaxed);
-                    let Some(item) = items.get(i) else { break };
-                    let r = f(item);
-                    if let Ok(mut all) = results.lock() {
-                        all[i] = Some(r);
-                    }
-                }
-            });
-        }
-    });
-    results
-        .into_inner()
-        .unwrap_or_else(|p| p.into_inner())
-        .into_iter()
-        .flatten()
-        .collect()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -619,6 +581,5 @@ mod tests {
         assert!(err.to_string().contains("hashing to"), "{err}");
         let err = remote.get_blob(&digest, Some(4)).unwrap_err();
         assert!(err.to_string().contains("larger than 4 bytes"), "{err}");
-        assert_eq!(parallel_map(&[1, 2, 3], 2, |x| x * 10), vec![10, 20, 30]);
     }
 }

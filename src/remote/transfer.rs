@@ -14,8 +14,9 @@ use serde::Serialize;
 
 use crate::error::{Error, RemoteFailure, Result};
 use crate::model::Config;
+use crate::pool::parallel_map;
 use crate::project::Project;
-use crate::remote::{REMOTE_ENV, Remote, RemoteSettings, parallel_map};
+use crate::remote::{REMOTE_ENV, Remote, RemoteSettings};
 use crate::resolve::{Capability, JitPolicy};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::store::{ActionEntry, Store};
@@ -30,8 +31,7 @@ pub trait TransferReporter: Sync {
 }
 
 /// A reporter that shows nothing.
-pub struct Quiet;
-impl TransferReporter for Quiet {}
+impl TransferReporter for crate::pool::Silent {}
 
 /// The remote's settings from `--remote`/`KART_REMOTE` (`url`) or `kart.toml`. A URL
 /// given on the command line or in the environment inherits `trusted` and `read_only`

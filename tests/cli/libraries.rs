@@ -198,7 +198,7 @@ extern "C" __global__ void rng(float *out, unsigned long long seed) {
     let err = stderr(&out);
     assert!(
         err.contains("`nvidia-cufft==12.0.0.15`, which is not installed beside nvcc")
-            && err.contains("scripts/setup"),
+            && err.contains("kart toolchain install"),
         "{err}"
     );
     assert_eq!(p.compiles(), 0);

@@ -396,7 +396,7 @@ fn a_different_nvcc_release_is_refused() {
         err.contains("release 13.0.88, but kart.toml requires 12.4"),
         "{err}"
     );
-    assert!(err.contains("scripts/setup"), "{err}");
+    assert!(err.contains("kart toolchain install"), "{err}");
 }
 
 #[test]
@@ -423,11 +423,44 @@ fn ptx_is_kept_when_asked() {
     );
 }
 
+/// The smoke kernel `kart init` writes (its source ships inside the binary) is the
+/// repository's: a project made by `kart init` in another folder builds it to the very
+/// digests the repository's kart.lock names.
 #[test]
-fn the_repository_smoke_kernel_matches_the_embedded_one() {
-    let repo = harness::repo_root();
-    let on_disk = std::fs::read_to_string(repo.join("kernels/smoke/smoke.cu")).unwrap();
-    assert_eq!(on_disk, kart::build::smoke::SMOKE_SOURCE);
+fn kart_init_writes_the_smoke_kernel_the_repository_locks() {
+    let tmp = tempfile::tempdir().unwrap();
+    let run = |dir: &std::path::Path, args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_kart"))
+            .args(args)
+            .current_dir(dir)
+            .env("KART_NVCC", harness::real_nvcc())
+            .env_remove("KART_REMOTE")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{}", text(&out));
+    };
+    run(tmp.path(), &["init", "p"]);
+    let dir = tmp.path().join("p");
+    run(&dir, &["build"]);
+    let digests = |lock: &str| -> Vec<(String, String)> {
+        let lock: toml::Value = toml::from_str(lock).unwrap();
+        let mut out: Vec<(String, String)> = lock["artifact"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter(|a| a["kernel"].as_str() == Some("smoke"))
+            .map(|a| {
+                let field = |k: &str| a[k].as_str().unwrap().to_string();
+                (field("target"), field("digest"))
+            })
+            .collect();
+        out.sort();
+        out
+    };
+    let repo = std::fs::read_to_string(harness::repo_root().join("kart.lock")).unwrap();
+    let made = std::fs::read_to_string(dir.join("kart.lock")).unwrap();
+    assert_eq!(digests(&made).len(), 2, "{made}");
+    assert_eq!(digests(&made), digests(&repo));
 }
 
 #[test]

@@ -6,8 +6,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kart::build::{BuildOptions, Silent, Workspace, build};
+use kart::build::{BuildOptions, Workspace, build};
 use kart::model::{Config, ParamValue};
+use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;

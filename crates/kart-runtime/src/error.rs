@@ -136,8 +136,8 @@ pub enum Error {
 }
 
 impl Error {
-    /// The process exit code this error maps to (see DESIGN.md: 1 failed, 2 bad input,
-    /// 3 missing environment).
+    /// The process exit code this error maps to: 1 something failed, 2 bad input or
+    /// usage, 3 the environment lacks something (the README's "Exit codes").
     pub fn exit_code(&self) -> i32 {
         match self {
             Error::InvalidFile { .. } | Error::Usage { .. } => 2,

@@ -7,9 +7,10 @@
 
 use std::time::{Duration, Instant};
 
-use kart::build::{BuildOptions, Silent, Workspace, build};
+use kart::build::{BuildOptions, Workspace, build};
 use kart::model::ArtifactKind;
 use kart::model::Config;
+use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;

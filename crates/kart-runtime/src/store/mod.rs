@@ -697,8 +697,15 @@ mod tests {
     fn exclusive_waits_for_shared_and_times_out() {
         let dir = tempfile::tempdir().unwrap();
         let _shared = open(dir.path());
+        let start = std::time::Instant::now();
         let err =
             Store::open(dir.path(), LockMode::Exclusive, Duration::from_millis(200)).unwrap_err();
         assert!(matches!(err, Error::StoreBusy { .. }));
+        // It waited for the shared holder the whole timeout before giving up.
+        assert!(
+            start.elapsed() >= Duration::from_millis(200),
+            "{:?}",
+            start.elapsed()
+        );
     }
 }

@@ -11,6 +11,19 @@ pub fn repo_root() -> PathBuf {
     )
 }
 
+/// Records that the calling test could not run here and why: a line on stderr, and a
+/// file under `target/tmp/skips/` that `scripts/test` counts as a skip (never as a
+/// pass). With `KART_REQUIRE_ALL=1` a skip is a failure instead.
+pub fn skip(test: &str, reason: &str) {
+    if std::env::var("KART_REQUIRE_ALL").is_ok_and(|v| v == "1") {
+        panic!("{test} cannot run here ({reason}) and KART_REQUIRE_ALL=1");
+    }
+    eprintln!("skipped: {test}: {reason}");
+    let dir = Path::new(env!("CARGO_TARGET_TMPDIR")).join("skips");
+    let _ = std::fs::create_dir_all(&dir);
+    let _ = std::fs::write(dir.join(test), format!("{reason}\n"));
+}
+
 /// The pinned nvcc that `scripts/setup` installs.
 pub fn real_nvcc() -> PathBuf {
     let nvcc = repo_root().join(".toolchain/py/nvidia/cu13/bin/nvcc");

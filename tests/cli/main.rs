@@ -587,7 +587,7 @@ impl Drop for Mount {
 
 /// The grid project with its store on a tmpfs of `size`, or `None` (with a visible
 /// skip line) where mounting is not allowed.
-fn project_on_small_disk(size: &str) -> Option<(TestProject, Mount)> {
+fn project_on_small_disk(test: &str, size: &str) -> Option<(TestProject, Mount)> {
     let p = grid_project();
     p.write(
         "kernels/grid/kernel.toml",
@@ -601,7 +601,7 @@ fn project_on_small_disk(size: &str) -> Option<(TestProject, Mount)> {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        println!("skipped: cannot mount a tmpfs here (needs root)");
+        harness::skip(test, "cannot mount a tmpfs here (needs root)");
         return None;
     }
     Some((p, Mount(store)))
@@ -625,7 +625,10 @@ fn temp_leftovers(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 #[test]
 fn a_full_disk_fails_clearly_and_leaves_the_store_consistent() {
     // 160 KiB: it fills after a few artifacts.
-    let Some((p, mount)) = project_on_small_disk("160k") else {
+    let Some((p, mount)) = project_on_small_disk(
+        "a_full_disk_fails_clearly_and_leaves_the_store_consistent",
+        "160k",
+    ) else {
         return;
     };
     let out = p.kart(&["build", "--jobs", "1"]);
@@ -645,7 +648,10 @@ fn a_full_disk_fails_clearly_and_leaves_the_store_consistent() {
 /// is full, and kart blamed the toolchain.
 #[test]
 fn a_full_disk_during_the_smoke_compile_is_not_blamed_on_nvcc() {
-    let Some((p, mount)) = project_on_small_disk("48k") else {
+    let Some((p, mount)) = project_on_small_disk(
+        "a_full_disk_during_the_smoke_compile_is_not_blamed_on_nvcc",
+        "48k",
+    ) else {
         return;
     };
     let out = p.kart(&["build", "--jobs", "1"]);
@@ -658,7 +664,10 @@ fn a_full_disk_during_the_smoke_compile_is_not_blamed_on_nvcc() {
 
 #[test]
 fn a_read_only_store_serves_reads_and_refuses_writes_clearly() {
-    let Some((p, mount)) = project_on_small_disk("4m") else {
+    let Some((p, mount)) = project_on_small_disk(
+        "a_read_only_store_serves_reads_and_refuses_writes_clearly",
+        "4m",
+    ) else {
         return;
     };
     p.ok(&["build", "--jobs", "2"]);
@@ -746,7 +755,10 @@ fn no_color_is_respected_on_a_terminal() {
         .output()
         .is_err()
     {
-        println!("skipped: no `script` (util-linux) to make a terminal");
+        harness::skip(
+            "no_color_is_respected_on_a_terminal",
+            "no `script` (util-linux) to make a terminal",
+        );
         return;
     }
     let run = |no_color: bool| {

@@ -22,7 +22,7 @@ echo "wall: $(echo "$(date +%s.%N) - $start" | bc) s"
 KART_HOME=$home "$kart" toolchain list
 echo "== kart init + build of the smoke kernel with the installed nvcc, in another folder"
 "$kart" init "$proj/p" >/dev/null 2>&1
-(cd "$proj/p" && KART_HOME=$home KART_NVCC= PATH=/usr/bin:/bin "$kart" toolchain install -q && KART_HOME=$home PATH=/usr/bin:/bin "$kart" build 2>&1 | tail -n 1)
+(cd "$proj/p" && env -u KART_NVCC KART_HOME="$home" PATH=/usr/bin:/bin "$kart" toolchain install 2>&1 | grep -v "^downloading" && env -u KART_NVCC KART_HOME="$home" PATH=/usr/bin:/bin "$kart" build 2>&1 | tail -n 1)
 for t in sm_80 sm_90; do
   made=$(grep -A6 "kernel = \"smoke\"" "$proj/p/kart.lock" | grep -A4 "target = \"$t\"" | grep digest | head -1)
   locked=$(grep -A6 "kernel = \"smoke\"" kart.lock | grep -A4 "target = \"$t\"" | grep digest | head -1)

@@ -17,6 +17,7 @@
 //! token is sent as a header only and appears in no message.
 
 mod http;
+pub mod layered;
 pub mod transfer;
 
 pub use http::{MIN_PROGRESS_BYTES, Timeouts};
@@ -524,6 +525,36 @@ fn jitter() -> f64 {
             .map_or(0, |d| d.as_nanos()),
     );
     (h.finish() >> 11) as f64 / (1u64 << 53) as f64
+}
+
+impl crate::store::Storage for Remote {
+    fn location(&self) -> String {
+        self.shown.clone()
+    }
+    fn has_blob(&self, digest: &str) -> Result<bool> {
+        Remote::has_blob(self, digest)
+    }
+    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
+        Remote::get_blob(self, digest, size)
+    }
+    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        let actual = sha256_hex(bytes);
+        if actual != digest {
+            return Err(Error::Remote {
+                url: format!("{}/cas/{digest}", self.shown),
+                message: format!("not uploading bytes that hash to {actual} as blob {digest}"),
+                failure: RemoteFailure::Corrupt,
+                hint: None,
+            });
+        }
+        Remote::put_blob(self, digest, bytes)
+    }
+    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
+        Remote::get_entry(self, key)
+    }
+    fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
+        Remote::put_entry(self, entry)
+    }
 }
 
 #[cfg(test)]

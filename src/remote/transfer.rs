@@ -16,6 +16,7 @@ use crate::error::{Error, RemoteFailure, Result};
 use crate::model::Config;
 use crate::pool::parallel_map;
 use crate::project::Project;
+use crate::remote::layered::Layered;
 use crate::remote::{REMOTE_ENV, Remote, RemoteSettings};
 use crate::resolve::{Capability, JitPolicy};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
@@ -150,16 +151,7 @@ pub fn fetch(
         if stop.load(Ordering::Relaxed) {
             return Outcome::Skipped;
         }
-        crate::failpoint::hit("fetch.download", digest);
-        let result = remote
-            .get_blob(digest, Some(size))
-            .and_then(|got| match got {
-                Some(blob) => {
-                    crate::failpoint::hit("fetch.store", digest);
-                    store.put_verified_blob(digest, &blob).map(|()| true)
-                }
-                None => Ok(false),
-            });
+        let result = Layered::new(store, remote).fill_blob(digest, Some(size));
         match result {
             Ok(true) => {
                 bytes.fetch_add(size, Ordering::Relaxed);
@@ -367,6 +359,7 @@ pub fn pull_missing(
     entries_only: bool,
     note: &(dyn Fn(&str) + Sync),
 ) -> Pulled {
+    let layered = Layered::new(store, remote);
     let gone = AtomicBool::new(false);
     let warned = AtomicUsize::new(0);
     let blobs = AtomicUsize::new(0);
@@ -411,10 +404,9 @@ pub fn pull_missing(
                         return Ok(None);
                     }
                     if !entries_only && !store.has_blob(&entry.digest) {
-                        let Some(blob) = remote.get_blob(&entry.digest, Some(entry.size))? else {
+                        if !layered.fill_blob(&entry.digest, Some(entry.size))? {
                             return Ok(None);
-                        };
-                        store.put_verified_blob(&entry.digest, &blob)?;
+                        }
                         blobs.fetch_add(1, Ordering::Relaxed);
                     }
                     if !entries_only {
@@ -428,11 +420,9 @@ pub fn pull_missing(
                 if entries_only || store.has_blob(&locked.digest) {
                     return Ok(None);
                 }
-                let Some(blob) = remote.get_blob(&locked.digest, Some(locked.size))? else {
-                    return Ok(None);
-                };
-                store.put_verified_blob(&locked.digest, &blob)?;
-                blobs.fetch_add(1, Ordering::Relaxed);
+                if layered.fill_blob(&locked.digest, Some(locked.size))? {
+                    blobs.fetch_add(1, Ordering::Relaxed);
+                }
                 // The lock is the trust root: with its blob present, its entry stands.
                 Ok(None)
             })();

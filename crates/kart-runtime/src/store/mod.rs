@@ -619,6 +619,49 @@ fn decompress_bounded(
     Ok(out)
 }
 
+/// The verbs every place that keeps artifacts shares: this local store, a remote cache
+/// over HTTP, a remote folder, and the two layered (the `kart` crate's
+/// `remote::layered`). Bytes are checked against their digest on the way in and out.
+pub trait Storage: Sync {
+    /// Where it is, for messages.
+    fn location(&self) -> String;
+    /// Whether it holds blob `digest`.
+    fn has_blob(&self, digest: &str) -> Result<bool>;
+    /// Blob `digest`, checked against it (and against `size` where known); `Ok(None)`
+    /// when it is not there.
+    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>>;
+    /// Keeps bytes that hash to `digest` (refused otherwise).
+    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()>;
+    /// The action entry of `key`, validated; `Ok(None)` when absent.
+    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>>;
+    /// Keeps an action entry.
+    fn put_entry(&self, entry: &ActionEntry) -> Result<()>;
+}
+
+impl Storage for Store {
+    fn location(&self) -> String {
+        self.root().display().to_string()
+    }
+    fn has_blob(&self, digest: &str) -> Result<bool> {
+        Ok(Store::has_blob(self, digest))
+    }
+    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
+        if !Store::has_blob(self, digest) {
+            return Ok(None);
+        }
+        self.read_blob(digest, size).map(Some)
+    }
+    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        self.put_verified_blob(digest, bytes)
+    }
+    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
+        Store::get_entry(self, key)
+    }
+    fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
+        Store::put_entry(self, entry)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -490,7 +490,86 @@ const TESTS: &[Test] = &[
         "python_variants_are_called_alike_and_chosen_by_best",
         python_variants_are_called_alike_and_chosen_by_best,
     ),
+    ("python_repository_sgemm", python_repository_sgemm),
+    ("python_repository_flash_attn", python_repository_flash_attn),
+    ("python_repository_cute_gemm", python_repository_cute_gemm),
+    ("python_two_devices", python_two_devices),
 ];
+
+/// A test's way of saying it cannot run on this machine (not a pass, not a failure):
+/// `Err` with this prefix.
+const SKIP: &str = "skipped: ";
+
+/// Exports `selectors` of the repository's own kernels (its kart.lock and store) to a
+/// module in a temporary folder and runs `script` on it.
+fn repository_check(selectors: &[&str], script: &str, passed: &str) -> TestResult {
+    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+    let module = dir.path().join("repo_kernels.py");
+    let mut args = vec!["export", "--python", "-o", module.to_str().ok_or("path")?];
+    args.extend_from_slice(selectors);
+    let (code, out) = run_kart(&repo_root(), &args, &[]);
+    if code != 0 {
+        return Err(format!(
+            "export of the repository's {selectors:?} failed: {out}"
+        ));
+    }
+    run_python_check(script, &module, passed, &format!("{script} failed"))
+}
+
+/// `tests/python/gpu_sgemm.py`: the tuned SGEMM through best() and [launch].
+fn python_repository_sgemm(_: &Fixture, _: &Gpu) -> TestResult {
+    repository_check(
+        &["sgemm"],
+        "tests/python/gpu_sgemm.py",
+        "all sgemm checks passed",
+    )
+}
+
+/// `tests/python/gpu_flash_attn.py`: every FlashAttention config for sm_90 against
+/// PyTorch's attention.
+fn python_repository_flash_attn(_: &Fixture, gpu: &Gpu) -> TestResult {
+    if gpu.capability.major != 9 {
+        return Err(format!(
+            "{SKIP}the check exports sm_90 cubins; this GPU is {}",
+            gpu.capability
+        ));
+    }
+    repository_check(
+        &["flash_attn", "--all-configs", "--target", "sm_90"],
+        "tests/python/gpu_flash_attn.py",
+        "all FlashAttention checks passed",
+    )
+}
+
+/// `tests/python/gpu_cute_gemm.py`: the CuTe Hopper GEMM with tensor maps and clusters.
+fn python_repository_cute_gemm(_: &Fixture, gpu: &Gpu) -> TestResult {
+    if gpu.capability.major != 9 {
+        return Err(format!(
+            "{SKIP}cute_gemm is built for sm_90a; this GPU is {}",
+            gpu.capability
+        ));
+    }
+    repository_check(
+        &["cute_gemm"],
+        "tests/python/gpu_cute_gemm.py",
+        "all cute_gemm checks passed",
+    )
+}
+
+/// `tests/python/gpu_two_devices.py`: launches refused on the wrong device; needs two
+/// GPUs, and says it skipped on fewer.
+fn python_two_devices(_: &Fixture, _: &Gpu) -> TestResult {
+    if kart::runtime::device_count() < 2 {
+        return Err(format!(
+            "{SKIP}one GPU here; the check needs two (run on a machine with two)"
+        ));
+    }
+    repository_check(
+        &["smoke"],
+        "tests/python/gpu_two_devices.py",
+        "all two-device checks passed",
+    )
+}
 
 /// The kart binary: the one cargo built here, else `kart` on PATH (the staged copy on
 /// the GPU machine).
@@ -1022,7 +1101,7 @@ fn main() {
             std::process::exit(1);
         }
     };
-    let (mut passed, mut failed) = (0, 0);
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
     for (name, test) in selected {
         let t0 = std::time::Instant::now();
         let result =
@@ -1036,13 +1115,17 @@ fn main() {
                     t0.elapsed().as_secs_f64() * 1e3
                 );
             }
+            Err(e) if e.starts_with(SKIP) => {
+                skipped += 1;
+                println!("test {name} ... {e}");
+            }
             Err(e) => {
                 failed += 1;
                 println!("test {name} ... FAILED: {e}");
             }
         }
     }
-    println!("{passed} passed, {failed} failed");
+    println!("{passed} passed, {failed} failed, {skipped} skipped");
     if failed > 0 {
         std::process::exit(1);
     }

@@ -64,16 +64,17 @@ def main(module_path):
 
     try:
         import cupy as cp
-
-        xc = cp.random.uniform(-4, 4, n, dtype=cp.float32)
-        yc = cp.full(n, cp.nan, dtype=cp.float32)
-        cstream = cp.cuda.Stream(non_blocking=True)
-        scale((n + 255) // 256, (256,), xc, yc, n, stream=cstream)
-        cstream.synchronize()
-        check("CuPy arrays (__cuda_array_interface__) on a CuPy stream",
-              bool(cp.all(yc == xc * 2 + 1)))
     except ImportError:
-        print("skip CuPy: not installed")
+        cp = None
+    # The test that runs this promises CuPy: its absence is a failure, not a pass.
+    check("CuPy is installed", cp is not None, "import cupy failed")
+    xc = cp.random.uniform(-4, 4, n, dtype=cp.float32)
+    yc = cp.full(n, cp.nan, dtype=cp.float32)
+    cstream = cp.cuda.Stream(non_blocking=True)
+    scale((n + 255) // 256, (256,), xc, yc, n, stream=cstream)
+    cstream.synchronize()
+    check("CuPy arrays (__cuda_array_interface__) on a CuPy stream",
+          bool(cp.all(yc == xc * 2 + 1)))
 
     smem = mod.load("smem")
     per_block, blocks = 16 * 1024, 8

@@ -550,7 +550,7 @@ fn python_repository_cute_gemm(_: &Fixture, gpu: &Gpu) -> TestResult {
         ));
     }
     repository_check(
-        &["cute_gemm"],
+        &["cute_gemm", "--all-configs"],
         "tests/python/gpu_cute_gemm.py",
         "all cute_gemm checks passed",
     )

@@ -14,9 +14,9 @@ use std::process::{Command, Stdio};
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::smoke::{SMOKE_ENTRY, launch_smoke};
 use crate::error::{Error, IoContext, Result};
 use crate::model::ArtifactKind;
+use crate::pipeline::smoke::{SMOKE_ENTRY, launch_smoke};
 use crate::resolve::{Capability, cubin_fit, format_cuda_version};
 use crate::runtime::{Gpu, Runtime};
 use crate::store::lockfile::{LockedArtifact, Lockfile};

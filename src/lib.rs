@@ -14,10 +14,12 @@
 //!   into a per-user folder;
 //! - [`remote`]: the shared cache over HTTP or a folder, and moving artifacts between
 //!   it and the store ([`remote::transfer`]);
-//! - [`build`]: nvcc ([`build::toolchain`]), header libraries, the action key
-//!   ([`build::key`]), one nvcc run ([`build::compile`], [`build::process`]), a project
-//!   opened with its store ([`build::workspace`]), the built-in smoke kernel
-//!   ([`build::smoke`]), and planning and running a build;
+//! - [`pipeline`]: the build — nvcc ([`pipeline::toolchain`]), header libraries, the
+//!   action key ([`pipeline::key`]), one nvcc run ([`pipeline::compile`],
+//!   [`pipeline::process`]), a project opened with its store
+//!   ([`pipeline::workspace`]), the built-in smoke kernel ([`pipeline::smoke`]), and
+//!   planning and running a build (a folder named `build/` would be taken for build
+//!   output by some tools);
 //! - [`maintain`]: `verify`, `gc`, `ls`; [`attest`]: `kart.attest`;
 //! - [`tune`]: offline tuning (and, from the runtime crate, `kart.tune` and `best()`);
 //! - [`export`]: a self-contained Python module of cubins and a loader;
@@ -25,11 +27,11 @@
 #![deny(missing_docs)]
 
 pub mod attest;
-pub mod build;
 pub mod export;
 pub mod init;
 pub mod install;
 pub mod maintain;
+pub mod pipeline;
 pub mod pool;
 pub mod project;
 pub mod remote;

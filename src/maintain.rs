@@ -6,11 +6,11 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::build::compile::{CompileJob, compile};
-use crate::build::workspace::Workspace;
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
 use crate::model::Config;
+use crate::pipeline::compile::{CompileJob, compile};
+use crate::pipeline::workspace::Workspace;
 use crate::store::lockfile::LockedArtifact;
 
 /// What `kart verify` found.
@@ -31,7 +31,7 @@ pub struct VerifyReport {
     /// Artifacts rebuilt.
     pub rebuilt: usize,
     /// The lock's digests against the action entries of their keys.
-    pub digests: crate::build::workspace::DigestCheck,
+    pub digests: crate::pipeline::workspace::DigestCheck,
 }
 
 impl VerifyReport {
@@ -117,7 +117,7 @@ pub fn verify(
 /// the digest of what nvcc made.
 fn rebuild_one(
     ws: &Workspace,
-    toolchain: &crate::build::toolchain::Toolchain,
+    toolchain: &crate::pipeline::toolchain::Toolchain,
     a: &LockedArtifact,
 ) -> std::result::Result<String, String> {
     let kernel = ws.project.kernel(&a.kernel).map_err(|e| e.to_string())?;

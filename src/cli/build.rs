@@ -3,10 +3,10 @@
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
-use kart::build::compile::CompileFailure;
-use kart::build::workspace::Workspace;
-use kart::build::{BuildOptions, BuildReporter, Selection, build};
 use kart::error::{Error, Result};
+use kart::pipeline::compile::CompileFailure;
+use kart::pipeline::workspace::Workspace;
+use kart::pipeline::{BuildOptions, BuildReporter, Selection, build};
 
 use super::progress::{CliReporter, build_bar};
 use super::{BuildArgs, Cli, open_remote};
@@ -131,7 +131,7 @@ fn replay_warnings(
     let planned = ws.plan(&toolchain)?;
     for p in ws.select(&planned, selection)? {
         if let Ok(Some(entry)) = ws.store.get_entry(&p.key) {
-            let warnings = kart::build::compile::warnings(&entry.stderr);
+            let warnings = kart::pipeline::compile::warnings(&entry.stderr);
             if !warnings.is_empty() {
                 eprintln!("{} {}:", entry.kernel, entry.config);
                 for w in warnings {

@@ -5,8 +5,8 @@ use std::process::ExitCode;
 
 use serde::Serialize;
 
-use kart::build::workspace::Workspace;
 use kart::error::Result;
+use kart::pipeline::workspace::Workspace;
 use kart::resolve::format_cuda_version;
 use kart::runtime::doctor::{Loadability, loadability};
 

@@ -1,10 +1,10 @@
-//! `kart explain`: prints what [`kart::build::explain::explain`] finds.
+//! `kart explain`: prints what [`kart::pipeline::explain::explain`] finds.
 
 use std::process::ExitCode;
 
-use kart::build::workspace::Workspace;
 use kart::error::Result;
 use kart::model::{ArtifactKind, Config, ParamValue};
+use kart::pipeline::workspace::Workspace;
 use kart::target::TargetArch;
 
 use super::{Cli, print_json};
@@ -25,8 +25,14 @@ pub fn run(
     } else {
         ArtifactKind::Cubin
     };
-    let e =
-        kart::build::explain::explain(ws, cli.nvcc.as_deref(), kernel_name, &config, target, kind)?;
+    let e = kart::pipeline::explain::explain(
+        ws,
+        cli.nvcc.as_deref(),
+        kernel_name,
+        &config,
+        target,
+        kind,
+    )?;
     if json {
         print_json(&e);
         return Ok(ExitCode::SUCCESS);

@@ -2,9 +2,9 @@
 
 use std::process::ExitCode;
 
-use kart::build::workspace::Workspace;
 use kart::error::Result;
 use kart::maintain;
+use kart::pipeline::workspace::Workspace;
 
 use super::print_json;
 

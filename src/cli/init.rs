@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use kart::error::Result;
 
 pub fn run(dir: &Path, quiet: bool) -> Result<ExitCode> {
-    let report = kart::init::init(dir, kart::build::smoke::SMOKE_SOURCE)?;
+    let report = kart::init::init(dir, kart::pipeline::smoke::SMOKE_SOURCE)?;
     if quiet {
         return Ok(ExitCode::SUCCESS);
     }

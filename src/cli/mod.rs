@@ -24,10 +24,10 @@ use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
 
-use kart::build::workspace::Workspace;
-use kart::build::{Shard, parse_param};
 use kart::error::{Error, Result};
 use kart::model::ParamValue;
+use kart::pipeline::workspace::Workspace;
+use kart::pipeline::{Shard, parse_param};
 use kart::project::Project;
 use kart::store::LockMode;
 use kart::target::TargetArch;

@@ -2,10 +2,10 @@
 
 use std::process::ExitCode;
 
-use kart::build::workspace::Workspace;
 use kart::error::{Error, Result};
 use kart::model::ArtifactKind;
 use kart::model::{Config, ParamValue};
+use kart::pipeline::workspace::Workspace;
 use kart::store::lockfile::describe;
 use kart::target::TargetArch;
 

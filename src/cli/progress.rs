@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use indicatif::{ProgressBar, ProgressStyle};
 
-use kart::build::BuildReporter;
-use kart::build::compile::CompileFailure;
+use kart::pipeline::BuildReporter;
+use kart::pipeline::compile::CompileFailure;
 
 /// Draws build progress: a bar on a terminal, plain lines otherwise, nothing with -q.
 pub struct CliReporter {

@@ -2,15 +2,15 @@
 
 use std::process::ExitCode;
 
-use kart::build::workspace::Workspace;
 use kart::error::{IoContext, Result};
+use kart::pipeline::workspace::Workspace;
 
 use super::{Cli, print_json};
 
 /// `kart smoke`.
 pub fn run(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<ExitCode> {
     let fallback = ws.project.targets[0];
-    let report = kart::build::smoke::run_smoke(
+    let report = kart::pipeline::smoke::run_smoke(
         &ws.store,
         cli.nvcc.as_deref(),
         &ws.project.root,

@@ -3,8 +3,8 @@
 use std::process::ExitCode;
 use std::time::Instant;
 
-use kart::build::workspace::Workspace;
 use kart::error::{Error, Result};
+use kart::pipeline::workspace::Workspace;
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
 

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
-use kart::build::workspace::Workspace;
 use kart::error::{IoContext, Result};
+use kart::pipeline::workspace::Workspace;
 
 use super::print_json;
 

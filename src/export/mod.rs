@@ -43,7 +43,7 @@ impl std::str::FromStr for Selector {
         }
         let mut params = BTreeMap::new();
         for pair in rest.split(',').filter(|p| !p.is_empty()) {
-            let (name, value) = crate::build::parse_param(pair)?;
+            let (name, value) = crate::pipeline::parse_param(pair)?;
             params.insert(name, value);
         }
         Ok(Selector {

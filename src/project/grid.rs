@@ -274,7 +274,7 @@ mod tests {
     use std::collections::BTreeMap;
 
     fn kernel(params: &[(&str, Vec<i64>)], require: &[&str], derived: &[(&str, &str)]) -> Kernel {
-        let mut k = crate::build::smoke::smoke_kernel(vec![]);
+        let mut k = crate::pipeline::smoke::smoke_kernel(vec![]);
         k.params = params
             .iter()
             .map(|(n, v)| {

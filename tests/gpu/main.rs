@@ -6,8 +6,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
-use kart::build::{BuildOptions, Workspace, build};
 use kart::model::{Config, ParamValue};
+use kart::pipeline::{BuildOptions, Workspace, build};
 use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
@@ -116,9 +116,14 @@ fn smoke_end_to_end(_: &Fixture, gpu: &Gpu) -> TestResult {
     let store =
         kart::store::Store::open(store_dir.path(), LockMode::Shared, Duration::from_secs(5))
             .map_err(|e| e.to_string())?;
-    let report =
-        kart::build::smoke::run_smoke(&store, None, &repo_root(), None, "sm_90".parse().unwrap())
-            .map_err(|e| e.to_string())?;
+    let report = kart::pipeline::smoke::run_smoke(
+        &store,
+        None,
+        &repo_root(),
+        None,
+        "sm_90".parse().unwrap(),
+    )
+    .map_err(|e| e.to_string())?;
     for s in &report.stages {
         println!("    {:10} {:9.3} ms  {}", s.stage, s.ms, s.detail);
     }

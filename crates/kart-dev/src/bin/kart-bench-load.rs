@@ -7,9 +7,9 @@
 
 use std::time::{Duration, Instant};
 
-use kart::build::{BuildOptions, Workspace, build};
 use kart::model::ArtifactKind;
 use kart::model::Config;
+use kart::pipeline::{BuildOptions, Workspace, build};
 use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
@@ -104,7 +104,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         std::fs::write(p, text)
     };
     w("kart.toml", "[project]\ntargets = [\"sm_90\"]\n")?;
-    w("kernels/smoke/smoke.cu", kart::build::smoke::SMOKE_SOURCE)?;
+    w(
+        "kernels/smoke/smoke.cu",
+        kart::pipeline::smoke::SMOKE_SOURCE,
+    )?;
     w(
         "kernels/smoke/kernel.toml",
         "name = \"smoke\"\nsources = [\"smoke.cu\"]\nentry = [\"kart_smoke_axpb\"]\nflags = [\"-O3\"]\nptx = true\n",
@@ -148,7 +151,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         (
             "smoke",
             Config::default(),
-            kart::build::smoke::SMOKE_SOURCE,
+            kart::pipeline::smoke::SMOKE_SOURCE,
             &[][..],
         ),
         (

@@ -3,14 +3,14 @@
 
 use std::collections::BTreeMap;
 
-use crate::build::BuildReporter;
-use crate::build::key::{action_key, action_preimage, kernel_input_files};
-use crate::build::toolchain::Toolchain;
-use crate::build::workspace::Workspace;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::model::ArtifactKind;
 use crate::model::{Config, ParamValue};
+use crate::pipeline::BuildReporter;
+use crate::pipeline::key::{action_key, action_preimage, kernel_input_files};
+use crate::pipeline::toolchain::Toolchain;
+use crate::pipeline::workspace::Workspace;
 use crate::project::{Kernel, Project};
 use crate::store::ActionEntry;
 use crate::store::lockfile::describe;

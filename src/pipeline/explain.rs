@@ -5,12 +5,12 @@ use std::path::Path;
 
 use serde::Serialize;
 
-use crate::build::explain_change;
-use crate::build::key::{action_key, action_preimage, kernel_input_files};
-use crate::build::workspace::Workspace;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::model::{ArtifactKind, Config};
+use crate::pipeline::explain_change;
+use crate::pipeline::key::{action_key, action_preimage, kernel_input_files};
+use crate::pipeline::workspace::Workspace;
 use crate::store::lockfile::describe;
 use crate::target::TargetArch;
 

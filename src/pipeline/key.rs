@@ -7,12 +7,12 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::build::toolchain::Toolchain;
-use crate::build::tree::collect_files;
 use crate::digest::{Preimage, sha256_file};
 use crate::error::Result;
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::pipeline::toolchain::Toolchain;
+use crate::pipeline::tree::collect_files;
 use crate::project::{KERNEL_FILE, Kernel};
 use crate::target::TargetArch;
 

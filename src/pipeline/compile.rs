@@ -5,14 +5,14 @@ use std::path::{Component, Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
-use crate::build::process::run_with_timeout;
-use crate::build::toolchain::Toolchain;
 use crate::cubin::{
     EntryInfo, check_cubin, check_ptx, inspect_cubin, param_sizes, parse_resource_usage,
     ptx_entries,
 };
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::pipeline::process::run_with_timeout;
+use crate::pipeline::toolchain::Toolchain;
 use crate::project::Kernel;
 use crate::project::entry::{TemplateEntry, find_symbols, translation_unit};
 use crate::signature::check_signature;

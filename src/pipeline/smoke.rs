@@ -4,11 +4,11 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use crate::build::compile::{CompileJob, compile};
-use crate::build::toolchain::Toolchain;
 use crate::error::{Error, IoContext, Result};
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::pipeline::compile::{CompileJob, compile};
+use crate::pipeline::toolchain::Toolchain;
 use crate::project::Kernel;
 use crate::signature::ParamKind;
 use crate::store::Store;
@@ -96,7 +96,7 @@ pub fn compile_smoke_bytes(
             message: format!(
                 "the toolchain cannot compile the smoke kernel for {target}, so it would fail on every kernel: {failure}"
             ),
-            hint: Some(format!("{} (nvcc at `{}`)", crate::build::toolchain::SETUP_HINT, toolchain.nvcc.display())),
+            hint: Some(format!("{} (nvcc at `{}`)", crate::pipeline::toolchain::SETUP_HINT, toolchain.nvcc.display())),
         }
     })?;
     Ok((out.bytes, out.elapsed))
@@ -168,8 +168,8 @@ pub fn run_smoke(
     use crate::runtime::Gpu;
     let mut report = SmokeReport::default();
     let toolchain = report.stage("toolchain", || {
-        crate::build::toolchain::refuse_hostile_env()?;
-        let path = crate::build::toolchain::find_nvcc(nvcc, project_root, installed_nvcc)?;
+        crate::pipeline::toolchain::refuse_hostile_env()?;
+        let path = crate::pipeline::toolchain::find_nvcc(nvcc, project_root, installed_nvcc)?;
         let tc = Toolchain::load(&path, &store.toolchain_cache_dir())?;
         let detail = format!("nvcc {} at {}", tc.release, tc.nvcc.display());
         Ok((tc, detail))

@@ -4,8 +4,8 @@
 use std::path::Path;
 use std::time::Duration;
 
-use crate::build::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
 use crate::error::{Error, Result};
+use crate::pipeline::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
 use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use crate::store::{LockMode, Store};
@@ -32,11 +32,12 @@ impl Workspace {
         let cache = self.store.toolchain_cache_dir();
         let mut toolchain = Toolchain::load(&path, &cache)?;
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
-        crate::build::library::check_components(&toolchain.root, &self.project.components)?;
+        crate::pipeline::library::check_components(&toolchain.root, &self.project.components)?;
         toolchain.packages = self.project.components.clone();
         for (name, library) in &self.project.libraries {
             let home = crate::install::Home::from_env().ok();
-            match crate::build::library::pin(&self.project.root, library, &cache, home.as_ref()) {
+            match crate::pipeline::library::pin(&self.project.root, library, &cache, home.as_ref())
+            {
                 Ok(pin) => {
                     toolchain.libraries.insert(name.clone(), pin);
                 }

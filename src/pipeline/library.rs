@@ -11,9 +11,9 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::tree::{collect_files, hash_tree};
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
+use crate::pipeline::tree::{collect_files, hash_tree};
 use crate::project::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
 use crate::store::fsutil::write_atomic;
 

@@ -13,9 +13,9 @@ use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
-use crate::build::tree::hash_tree;
 use crate::digest::{Preimage, sha256_file, sha256_hex};
 use crate::error::{Error, IoContext, Result};
+use crate::pipeline::tree::hash_tree;
 use crate::store::fsutil::write_atomic;
 
 /// The command that installs the pinned toolchain into the project.
@@ -50,7 +50,7 @@ pub struct Toolchain {
     pub packages: Vec<String>,
     /// The header libraries of `kart.toml`, pinned.
     #[serde(skip)]
-    pub libraries: std::collections::BTreeMap<String, crate::build::library::LibraryPin>,
+    pub libraries: std::collections::BTreeMap<String, crate::pipeline::library::LibraryPin>,
     /// The header libraries of `kart.toml` that could not be pinned (not installed, or
     /// their content changed), with the error's message and hint: a library is needed
     /// only by the kernels that list it, so this fails only their builds.

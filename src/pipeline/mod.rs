@@ -18,13 +18,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use crate::build::compile::{CompileFailure, CompileJob, compile};
-use crate::build::key::diff_preimages;
-use crate::build::toolchain::Toolchain;
-pub use crate::build::workspace::Workspace;
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::model::ParamValue;
+use crate::pipeline::compile::{CompileFailure, CompileJob, compile};
+use crate::pipeline::key::diff_preimages;
+use crate::pipeline::toolchain::Toolchain;
+pub use crate::pipeline::workspace::Workspace;
 use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, LockedKernel, Lockfile, lock_path};
 use crate::store::{ActionEntry, ENTRY_FORMAT};
@@ -386,7 +386,7 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 }
 
 /// The error for lock records whose digest disagrees with their key's action entry.
-fn digest_mismatch_error(mismatches: &[crate::build::workspace::DigestMismatch]) -> Error {
+fn digest_mismatch_error(mismatches: &[crate::pipeline::workspace::DigestMismatch]) -> Error {
     let lines: Vec<String> = mismatches.iter().map(|m| format!("  {m}")).collect();
     Error::CheckFailed {
         message: format!(
@@ -414,7 +414,7 @@ fn write_lock(
     planned: &[Planned],
     from_remote: &std::collections::HashMap<String, ActionEntry>,
     old: &Lockfile,
-    mismatches: &mut Vec<crate::build::workspace::DigestMismatch>,
+    mismatches: &mut Vec<crate::pipeline::workspace::DigestMismatch>,
     reporter: &dyn BuildReporter,
 ) -> Result<(Lockfile, bool)> {
     // A record of a lock in the current format with the same key and identity is kept
@@ -446,7 +446,7 @@ fn write_lock(
             if let Some((entry, from)) = entry
                 && entry.digest != kept.digest
             {
-                mismatches.push(crate::build::workspace::DigestMismatch {
+                mismatches.push(crate::pipeline::workspace::DigestMismatch {
                     artifact: kept.describe(),
                     key: kept.key.clone(),
                     lock_digest: kept.digest.clone(),
@@ -502,7 +502,7 @@ fn check_locked(
     selected: &[&Planned],
     whole: bool,
     remote: Option<&crate::remote::Remote>,
-) -> Result<crate::build::workspace::DigestCheck> {
+) -> Result<crate::pipeline::workspace::DigestCheck> {
     let path = lock_path(&ws.project.root);
     let Some(lock) = Lockfile::read(&path, Path::new(LOCK_FILE))? else {
         return Err(Error::CheckFailed {

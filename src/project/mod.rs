@@ -14,9 +14,14 @@
 
 pub mod entry;
 pub mod grid;
+mod grid_toml;
 pub mod kernel;
+mod kernel_toml;
+mod launch_toml;
 pub mod library;
 pub mod manifest;
+mod raw;
 
 pub use kernel::{Kernel, ParamMacros, VariantOf};
-pub use manifest::{KERNEL_FILE, PROJECT_FILE, Project, RemoteConfig};
+pub use kernel_toml::KERNEL_FILE;
+pub use manifest::{PROJECT_FILE, Project, RemoteConfig};

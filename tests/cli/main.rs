@@ -1,5 +1,8 @@
 //! CPU-side integration tests: the real `kart` binary and the real pinned nvcc on small
 //! fixture kernels (installed by `scripts/setup`). No GPU needed.
+//!
+//! Over 600 lines on purpose: the command line's tests that need no remote, no header
+//! library and no variant (those have their own files beside this one).
 
 mod harness;
 mod libraries;

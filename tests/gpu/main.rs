@@ -1,6 +1,10 @@
 //! GPU tests: the runtime on a real device. Built here (`cargo test --release --no-run
 //! --test gpu`), run on the GPU machine with KART_REQUIRE_GPU=1 and `kart` on the PATH.
 //! Elsewhere they print `skipped: no CUDA GPU (N tests)`.
+//!
+//! Over 600 lines on purpose: every GPU test in one binary with its own small harness,
+//! so that a machine without a GPU prints one `skipped: no CUDA GPU` line for all of
+//! them and the GPU machine runs one staged file.
 
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -19,6 +19,9 @@
 //! (default: .toolchain's), --short (CI sizes: 30 kills, 60 cases, 2 runs),
 //! --file-remote (a `file://` folder instead of nginx on loopback, which is the default
 //! where nginx is installed).
+//!
+//! Over 600 lines on purpose: three campaigns sharing one harness (a scratch project,
+//! the remote, the kart binary under failpoints), kept in one development binary.
 
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Output, Stdio};

@@ -40,7 +40,8 @@ pub struct Cli {
     /// Run as if started in this folder (kart.toml is searched from here upwards).
     #[arg(short = 'C', long, global = true, value_name = "DIR")]
     pub directory: Option<PathBuf>,
-    /// nvcc to use (default: KART_NVCC, .toolchain/, CUDA_HOME, CUDA_PATH, PATH).
+    /// nvcc to use (default: KART_NVCC, .toolchain/, kart's home as `kart toolchain install`
+    /// filled it, CUDA_HOME, CUDA_PATH, PATH).
     #[arg(long, global = true, value_name = "PATH", env = "KART_NVCC")]
     pub nvcc: Option<PathBuf>,
     /// Print nothing but data and errors.

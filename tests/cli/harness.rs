@@ -26,13 +26,7 @@ pub fn skip(test: &str, reason: &str) {
 
 /// The pinned nvcc that `scripts/setup` installs.
 pub fn real_nvcc() -> PathBuf {
-    let nvcc = repo_root().join(".toolchain/py/nvidia/cu13/bin/nvcc");
-    assert!(
-        nvcc.is_file(),
-        "the pinned nvcc is not installed at {}: run scripts/setup first",
-        nvcc.display()
-    );
-    nvcc
+    kart_testkit::pinned_nvcc(&repo_root())
 }
 
 /// A wrapper beside the real nvcc (so the toolkit root is the real one) that appends

@@ -12,13 +12,7 @@ fn repo_root() -> PathBuf {
 
 /// The pinned nvcc that `scripts/setup` installs.
 fn real_nvcc() -> PathBuf {
-    let nvcc = repo_root().join(".toolchain/py/nvidia/cu13/bin/nvcc");
-    assert!(
-        nvcc.is_file(),
-        "the pinned nvcc is not installed at {}: run scripts/setup first",
-        nvcc.display()
-    );
-    nvcc
+    kart_testkit::pinned_nvcc(&repo_root())
 }
 
 /// The `kart` binary of this build: another package's binary, so cargo names no

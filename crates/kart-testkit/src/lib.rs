@@ -3,3 +3,18 @@
 #![deny(missing_docs)]
 
 pub mod nginx;
+
+use std::path::{Path, PathBuf};
+
+/// The pinned nvcc of kart's repository at `repo`, as `scripts/setup` installs it (it
+/// points `.toolchain/py` at `kart toolchain install`'s install); panics with what to
+/// run when it is missing.
+pub fn pinned_nvcc(repo: &Path) -> PathBuf {
+    let nvcc = repo.join(".toolchain/py/nvidia/cu13/bin/nvcc");
+    assert!(
+        nvcc.is_file(),
+        "the pinned nvcc is not installed at {}: run scripts/setup first",
+        nvcc.display()
+    );
+    nvcc
+}

@@ -24,6 +24,7 @@ use half::f16;
 use kart::model::Config;
 use kart::project::{Kernel, Project};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
+use kart::store::sidecar::Sidecar as _;
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;

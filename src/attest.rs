@@ -20,7 +20,7 @@ use crate::pipeline::smoke::{SMOKE_ENTRY, launch_smoke};
 use crate::resolve::{Capability, cubin_fit, format_cuda_version};
 use crate::runtime::{Gpu, Runtime};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
-use crate::store::sidecar::{self, BadRecord};
+use crate::store::sidecar::{BadRecord, Sidecar};
 use crate::target::TargetArch;
 
 /// The sidecar's file name, beside `kart.lock`.
@@ -107,7 +107,7 @@ pub struct AttestFile {
     pub records: Vec<Attestation>,
 }
 
-impl crate::store::sidecar::Sidecar for AttestFile {
+impl Sidecar for AttestFile {
     const VERSION: u32 = ATTEST_VERSION;
     const HEADER: &'static str = HEADER;
     const WHAT: &'static str = "attestation";
@@ -137,12 +137,6 @@ impl crate::store::sidecar::Sidecar for AttestFile {
 }
 
 impl AttestFile {
-    /// Reads `path`; a missing file is an empty record set. `shown` names it in
-    /// messages.
-    pub fn read(path: &Path, shown: &Path) -> Result<AttestFile> {
-        sidecar::read(path, shown)
-    }
-
     /// Adds `new` records (each replaces a record of the same blob, GPU, capability,
     /// driver and kart) and keeps only blobs `lock` names.
     pub fn merge(&mut self, new: Vec<Attestation>, lock: &Lockfile) {
@@ -173,16 +167,6 @@ impl AttestFile {
             }
             same
         });
-    }
-
-    /// The file's text.
-    pub fn to_text(&self) -> String {
-        sidecar::to_text(self)
-    }
-
-    /// Writes the file atomically, only if its content changed.
-    pub fn write(&self, path: &Path) -> Result<bool> {
-        sidecar::write(self, path)
     }
 
     /// The short names of the GPUs that attested `digest`, sorted, deduplicated.
@@ -379,13 +363,8 @@ pub fn record_all(
     artifacts: &[LockedArtifact],
     check: Check,
 ) -> Result<bool> {
-    let path = root.join(ATTEST_FILE);
-    let mut file = AttestFile::read(&path, Path::new(ATTEST_FILE))?;
-    file.merge(
-        artifacts.iter().map(|a| record(a, gpu, check)).collect(),
-        lock,
-    );
-    file.write(&path)
+    let records = artifacts.iter().map(|a| record(a, gpu, check)).collect();
+    save_records(root, records, lock)
 }
 
 /// The record of a passed check of `artifact` on `gpu`.

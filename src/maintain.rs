@@ -12,6 +12,7 @@ use crate::model::Config;
 use crate::pipeline::compile::{CompileJob, compile};
 use crate::pipeline::workspace::Workspace;
 use crate::store::lockfile::LockedArtifact;
+use crate::store::sidecar::Sidecar as _;
 
 /// What `kart verify` found.
 #[derive(Debug, Default, Serialize)]

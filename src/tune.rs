@@ -221,6 +221,7 @@ mod tests {
     use super::*;
     use kart_runtime::resolve::Capability;
     use kart_runtime::store::lockfile::Lockfile;
+    use kart_runtime::store::sidecar::Sidecar;
     use std::path::Path;
 
     proptest::proptest! {

@@ -11,6 +11,7 @@
 use std::path::Path;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+use kart::store::sidecar::Sidecar as _;
 use proptest::prelude::*;
 use proptest::test_runner::{Config, TestRunner};
 

@@ -18,6 +18,7 @@ use cudarc::driver::CudaStream;
 use kart::model::Config;
 use kart::project::{Kernel, Project};
 use kart::runtime::{Gpu, LoadedArtifact, Runtime};
+use kart::store::sidecar::Sidecar as _;
 use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;

@@ -8,6 +8,7 @@ use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
 
 use super::Cli;
+use kart::store::sidecar::Sidecar as _;
 
 /// `kart export`.
 pub fn run(

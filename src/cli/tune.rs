@@ -6,6 +6,7 @@ use kart::error::{IoContext, Result};
 use kart::pipeline::workspace::Workspace;
 
 use super::print_json;
+use kart::store::sidecar::Sidecar as _;
 
 /// `kart tune`.
 pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<ExitCode> {

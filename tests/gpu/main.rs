@@ -16,6 +16,7 @@ use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
+use kart::store::sidecar::Sidecar as _;
 
 type TestResult = Result<(), String>;
 

@@ -18,7 +18,7 @@ pub use crate::model::Problem;
 use crate::model::{Config, ParamValue, TuneSpec};
 use crate::resolve::{Capability, JitPolicy};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
-use crate::store::sidecar::{self, BadRecord};
+use crate::store::sidecar::{BadRecord, Sidecar};
 
 /// The sidecar's file name, beside `kart.lock`.
 pub const TUNE_FILE: &str = "kart.tune";
@@ -108,7 +108,7 @@ impl TuneRecord {
     }
 }
 
-impl crate::store::sidecar::Sidecar for TuneFile {
+impl Sidecar for TuneFile {
     const VERSION: u32 = TUNE_VERSION;
     // Version 1 had no `variant`: every record names its own kernel's config.
     const READS_FROM: u32 = 1;
@@ -143,11 +143,6 @@ impl crate::store::sidecar::Sidecar for TuneFile {
 }
 
 impl TuneFile {
-    /// Reads `path` (a missing file has no records); `shown` names it in messages.
-    pub fn read(path: &Path, shown: &Path) -> Result<TuneFile> {
-        sidecar::read(path, shown)
-    }
-
     /// Adds records, each replacing the one of the same kernel, GPU and problem.
     pub fn merge(&mut self, new: Vec<TuneRecord>) {
         for r in new {
@@ -158,16 +153,6 @@ impl TuneFile {
         self.version = TUNE_VERSION;
         self.records
             .sort_by(|a, b| (&a.kernel, &a.gpu, &a.problem).cmp(&(&b.kernel, &b.gpu, &b.problem)));
-    }
-
-    /// The file's text.
-    pub fn to_text(&self) -> String {
-        sidecar::to_text(self)
-    }
-
-    /// Writes atomically, only if the content changed.
-    pub fn write(&self, path: &Path) -> Result<bool> {
-        sidecar::write(self, path)
     }
 }
 

@@ -41,6 +41,19 @@ pub trait Sidecar: Serialize + DeserializeOwned {
     fn version(&self) -> u32;
     /// Checks each record's fields beyond their types.
     fn check(&self) -> std::result::Result<(), BadRecord>;
+
+    /// Reads `path` (a missing file is an empty one); `shown` names it in messages.
+    fn read(path: &Path, shown: &Path) -> Result<Self> {
+        read(path, shown)
+    }
+    /// The file's text.
+    fn to_text(&self) -> String {
+        to_text(self)
+    }
+    /// Writes the file atomically, only if its text changed; whether it did.
+    fn write(&self, path: &Path) -> Result<bool> {
+        write(self, path)
+    }
 }
 
 /// Reads `path` (a missing file is empty); `shown` names it in messages.

@@ -5,7 +5,9 @@
 #    an empty home, then a warm one (nothing to do), then a build of the smoke kernel
 #    with it in a project made by `kart init`, digests compared with kart.lock's.
 # 2. The bin/ folder of PyPI's nvcc wheels for 12.x (`nvidia-cuda-nvcc-cu12`).
+# Paths under the temporary home are printed as $KART_HOME, not as this machine's.
 set -euo pipefail
+exec > >(sed -u "s#$(mktemp -u -d | xargs dirname)/tmp\.[A-Za-z0-9]*/#\$KART_HOME/#g")
 kart=$(realpath target/release/kart)
 echo "kart $(git rev-parse --short HEAD), $(nproc) cores, $(uname -m)"
 home=$(mktemp -d)

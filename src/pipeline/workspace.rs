@@ -34,8 +34,8 @@ impl Workspace {
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
         crate::pipeline::library::check_components(&toolchain.root, &self.project.components)?;
         toolchain.packages = self.project.components.clone();
+        let home = crate::install::Home::from_env().ok();
         for (name, library) in &self.project.libraries {
-            let home = crate::install::Home::from_env().ok();
             match crate::pipeline::library::pin(&self.project.root, library, &cache, home.as_ref())
             {
                 Ok(pin) => {

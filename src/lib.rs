@@ -40,5 +40,5 @@ pub mod tune;
 pub use kart_runtime::{Error, Result};
 pub use kart_runtime::{
     call, cubin, digest, error, expr, failpoint, launch, locate, model, resolve, runtime,
-    signature, store, target, text, untrusted,
+    signature, store, suggest, target, text, untrusted,
 };

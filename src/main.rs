@@ -14,21 +14,12 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    cli::complete::answer_if_asked();
     let args = cli::Cli::parse();
     match cli::run(&args) {
         Ok(code) => code,
         Err(e) => {
-            // Errors quote files, remotes and nvcc: nothing of theirs may drive the terminal.
-            let shown = |s: String| kart::untrusted::for_terminal(&s).into_owned();
-            eprintln!("error: {}", shown(e.to_string()));
-            let mut source = std::error::Error::source(&e);
-            while let Some(s) = source {
-                eprintln!("  caused by: {}", shown(s.to_string()));
-                source = s.source();
-            }
-            if let Some(hint) = e.hint() {
-                eprintln!("hint: {}", shown(hint.to_string()));
-            }
+            cli::print_error(&e);
             ExitCode::from(e.exit_code() as u8)
         }
     }

@@ -106,6 +106,7 @@ pub fn verify(
         }
         if !failed.is_empty() {
             return Err(Error::BuildFailed {
+                count: failed.len(),
                 total: picked.len(),
                 failed,
             });
@@ -164,6 +165,8 @@ pub struct GcReport {
     pub entries: Vec<String>,
     /// Compressed bytes freed.
     pub bytes: u64,
+    /// Folders of failed compiles kept by `kart build --keep-temps`.
+    pub kept: usize,
 }
 
 /// Removes every blob and entry the lock does not name (the store must be held
@@ -206,6 +209,14 @@ pub fn gc(ws: &Workspace, dry_run: bool, all_unreferenced: bool) -> Result<GcRep
             report.entries.push(key);
         }
     }
+    let kept = ws.store.root().join("kept");
+    if let Ok(folders) = std::fs::read_dir(&kept) {
+        report.kept = folders.count();
+        if !dry_run {
+            use crate::error::IoContext as _;
+            std::fs::remove_dir_all(&kept).at("remove", &kept)?;
+        }
+    }
     Ok(report)
 }
 
@@ -240,6 +251,41 @@ pub struct ListRow {
     pub entries: Vec<String>,
 }
 
+/// `-p` values that match no record of the listed kernels: the values each param has
+/// in the lock.
+fn no_match(
+    artifacts: &[LockedArtifact],
+    in_kernels: &dyn Fn(&LockedArtifact) -> bool,
+    wanted: &std::collections::BTreeMap<String, crate::model::ParamValue>,
+) -> Error {
+    let mut values: std::collections::BTreeMap<&str, BTreeSet<String>> = Default::default();
+    for a in artifacts.iter().filter(|a| in_kernels(a)) {
+        for (name, value) in &a.config.0 {
+            values.entry(name).or_default().insert(value.to_string());
+        }
+    }
+    let lines: Vec<String> = wanted
+        .keys()
+        .map(|name| match values.get(name.as_str()) {
+            Some(v) => format!(
+                "{name}: {}",
+                v.iter().cloned().collect::<Vec<_>>().join(", ")
+            ),
+            None => format!(
+                "{name}: not a param of the listed kernels{}",
+                crate::suggest::did_you_mean(name, values.keys().copied())
+                    .map(|g| format!(" ({g})"))
+                    .unwrap_or_default()
+            ),
+        })
+        .collect();
+    let given: Vec<String> = wanted.iter().map(|(n, v)| format!("{n}={v}")).collect();
+    Error::usage(
+        format!("no artifact of kart.lock has {}", given.join(",")),
+        Some(format!("values in kart.lock: {}", lines.join("; "))),
+    )
+}
+
 /// The lock as rows: every artifact, or those of `kernels` whose config has every value
 /// of `params`. A kernel the lock does not list is an error naming those it does.
 pub fn list(
@@ -265,15 +311,29 @@ pub fn list(
                     names.join(", ")
                 }
             ),
-            Some("run `kart build KERNEL` to add a kernel to the lock".into()),
+            Some(
+                match crate::suggest::did_you_mean(unknown, listed.iter().copied()) {
+                    Some(guess) => guess,
+                    None => "run `kart build KERNEL` to add a kernel to the lock".into(),
+                },
+            ),
         ));
     }
     let wanted: std::collections::BTreeMap<String, crate::model::ParamValue> =
         params.iter().cloned().collect();
+    let in_kernels = |a: &LockedArtifact| kernels.is_empty() || kernels.contains(&a.kernel);
+    if !wanted.is_empty()
+        && !lock
+            .artifacts
+            .iter()
+            .any(|a| in_kernels(a) && a.config.matches(&wanted))
+    {
+        return Err(no_match(&lock.artifacts, &in_kernels, &wanted));
+    }
     Ok(lock
         .artifacts
         .into_iter()
-        .filter(|a| kernels.is_empty() || kernels.contains(&a.kernel))
+        .filter(|a| in_kernels(a))
         .filter(|a| a.config.matches(&wanted))
         .map(|a| ListRow {
             registers: a.entries.iter().map(|e| e.registers).max().unwrap_or(0),

@@ -14,7 +14,7 @@ use super::{BuildArgs, Cli, open_remote};
 /// `kart build`.
 pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
     if args.explain_grid {
-        return explain_grid(ws, &args.kernels, args.json);
+        return explain_grid(ws, &args.kernels, &args.params, args.json);
     }
     let start = Instant::now();
     let mut options = BuildOptions {
@@ -31,6 +31,7 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         push: args.push,
         entries_only: args.entries_only,
         fail_fast: args.fail_fast,
+        keep_temps: args.keep_temps,
         ..BuildOptions::default()
     };
     if let Some(jobs) = args.jobs {
@@ -144,17 +145,44 @@ fn replay_warnings(
 }
 
 /// `kart build --explain-grid [--json]`.
-fn explain_grid(ws: &Workspace, kernels: &[String], json: bool) -> Result<ExitCode> {
+fn explain_grid(
+    ws: &Workspace,
+    kernels: &[String],
+    params: &[(String, kart::model::ParamValue)],
+    json: bool,
+) -> Result<ExitCode> {
     for name in kernels {
         ws.project.kernel(name)?;
     }
-    let mut reports = Vec::new();
-    for kernel in &ws.project.kernels {
-        if !kernels.is_empty() && !kernels.contains(&kernel.name) {
-            continue;
+    let selected = || {
+        ws.project
+            .kernels
+            .iter()
+            .filter(|k| kernels.is_empty() || kernels.contains(&k.name))
+    };
+    for (name, _) in params {
+        if !selected().any(|k| k.params.contains_key(name)) {
+            return Err(Error::usage(
+                format!("no selected kernel has a param `{name}`"),
+                None,
+            ));
         }
+    }
+    let mut reports = Vec::new();
+    for kernel in selected() {
+        // `-p NAME=VALUE` narrows the grid to the combinations with that value.
+        let mut narrowed = kernel.params.clone();
+        for (name, value) in params {
+            if let Some(values) = narrowed.get_mut(name) {
+                values.retain(|v| v == value);
+            }
+        }
+        let grid = kart::project::grid::Grid {
+            params: &narrowed,
+            ..kernel.grid()
+        };
         let start = Instant::now();
-        let (report, _) = kernel.grid_report().map_err(|e| {
+        let (report, _) = grid.report().map_err(|e| {
             Error::usage(
                 format!("{}: config {}: {}", kernel.name, e.config, e.error),
                 None,

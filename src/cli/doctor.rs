@@ -18,6 +18,10 @@ struct Report {
     driver: Found<String>,
     gpus: Vec<GpuReport>,
     lock_artifacts: usize,
+    /// Of the lock's artifacts, how many have no blob in the local store.
+    lock_missing: usize,
+    /// What to run next, if anything.
+    next: Vec<String>,
 }
 
 #[derive(Serialize)]
@@ -99,11 +103,37 @@ pub fn run(cli: &Cli, ws: &Workspace, verbose: bool, json: bool) -> Result<ExitC
             },
         });
     }
+    let lock_missing = lock
+        .artifacts
+        .iter()
+        .filter(|a| !ws.store.has_blob(&a.digest))
+        .count();
+    let mut next = Vec::new();
+    if matches!(nvcc, Found::Error(_)) {
+        next.push("kart toolchain install: the nvcc kart.toml pins, for building here".to_string());
+    }
+    if lock_missing > 0 {
+        next.push(format!(
+            "kart build: compiles the {lock_missing} missing artifact(s) (or `kart fetch` takes them from a remote)"
+        ));
+    }
+    if gpus.is_empty() {
+        next.push(
+            "on a machine with a GPU: `kart doctor` shows what each GPU loads, `kart smoke` proves one launch"
+                .to_string(),
+        );
+    } else if lock_missing == 0 {
+        next.push(
+            "kart smoke: compiles, loads and launches the smoke kernel on each GPU".to_string(),
+        );
+    }
     let report = Report {
         nvcc,
         driver,
         gpus,
         lock_artifacts: lock.artifacts.len(),
+        lock_missing,
+        next,
     };
     if json {
         print_json(&report);
@@ -123,9 +153,18 @@ fn print_text(report: &Report, verbose: bool, quiet: bool) {
         Found::Error(e) => println!("driver: {e}"),
     }
     if report.gpus.is_empty() {
-        println!("gpus: none");
+        println!("gpus: none (building and checking work here; loading needs a GPU)");
     }
-    println!("kart.lock: {} artifacts", report.lock_artifacts);
+    println!(
+        "kart.lock: {} artifacts, {} of their blobs in the store{}",
+        report.lock_artifacts,
+        report.lock_artifacts - report.lock_missing,
+        if report.lock_missing > 0 {
+            format!(" ({} missing)", report.lock_missing)
+        } else {
+            String::new()
+        }
+    );
     for g in &report.gpus {
         let Some(lock) = &g.lock else {
             println!(
@@ -171,5 +210,8 @@ fn print_text(report: &Report, verbose: bool, quiet: bool) {
         if !verbose && !lock.not_loadable.is_empty() {
             println!("  (-v lists them; --json gives everything)");
         }
+    }
+    for step in &report.next {
+        println!("next: {step}");
     }
 }

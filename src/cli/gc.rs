@@ -22,5 +22,11 @@ pub fn run(ws: &Workspace, dry_run: bool, all_unreferenced: bool, json: bool) ->
         report.bytes as f64 / 1024.0,
         report.entries.len()
     );
+    if report.kept > 0 {
+        println!(
+            "{verb} {} folder(s) of failed compiles kept by --keep-temps",
+            report.kept
+        );
+    }
     Ok(ExitCode::SUCCESS)
 }

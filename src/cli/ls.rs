@@ -1,89 +1,195 @@
 //! `kart ls`: the lock as a table.
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
 use kart::error::Result;
-use kart::maintain;
+use kart::maintain::{self, ListRow};
 use kart::pipeline::workspace::Workspace;
 
 use super::print_json;
 
-/// `kart ls [KERNEL…] [-p NAME=VALUE…]`.
+/// `kart ls [KERNEL…] [-p …] [--wide | --json]`.
 pub fn run(
     ws: &Workspace,
     kernels: &[String],
     params: &[(String, kart::model::ParamValue)],
+    wide: bool,
     json: bool,
 ) -> Result<ExitCode> {
     let rows = maintain::list(ws, kernels, params)?;
     if json {
         print_json(&rows);
-        return Ok(ExitCode::SUCCESS);
-    }
-    let cfg_width = rows
-        .iter()
-        .map(|r| config_text(r).len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    let kernel_width = rows
-        .iter()
-        .map(|r| r.kernel.len())
-        .max()
-        .unwrap_or(6)
-        .max(6);
-    // Entries only where a template entry's instance says more than its name.
-    let show_entries = rows
-        .iter()
-        .any(|r| r.entries.iter().any(|e| e.contains('<')));
-    println!(
-        "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  ATTESTED{}",
-        "KERNEL",
-        "CONFIG",
-        "TARGET",
-        "SIZE",
-        "REGS",
-        "SMEM",
-        "SPILLS",
-        "LOCAL",
-        if show_entries { "  ENTRIES" } else { "" }
-    );
-    for r in &rows {
-        let target = if r.kind == "ptx" {
-            format!("{} ptx", r.target)
-        } else {
-            r.target.clone()
-        };
-        println!(
-            "{:kernel_width$}  {:cfg_width$}  {:8}  {:>9}  {:>4}  {:>7}  {:>6}  {:5}  {}{}",
-            r.kernel,
-            config_text(r),
-            target,
-            r.size,
-            r.registers,
-            r.shared_bytes,
-            r.spill_bytes,
-            if r.local { "yes" } else { "no" },
-            if r.attested.is_empty() {
-                "-".to_string()
-            } else {
-                r.attested.join(",")
-            },
-            if show_entries {
-                format!("  {}", r.entries.join(" "))
-            } else {
-                String::new()
+    } else if wide {
+        let mut by_kernel: BTreeMap<&str, Vec<&ListRow>> = BTreeMap::new();
+        for r in &rows {
+            by_kernel.entry(&r.kernel).or_default().push(r);
+        }
+        for (i, group) in by_kernel.values().enumerate() {
+            if i > 0 {
+                println!();
             }
-        );
+            print_wide(group);
+        }
+    } else {
+        print_compact(&rows);
     }
     Ok(ExitCode::SUCCESS)
 }
 
-/// The config, then its derived params after `;` (`BLOCK_M=128,NUM_WARPS=4; ROWS=32`).
-fn config_text(r: &maintain::ListRow) -> String {
-    if r.derived.is_empty() {
-        return r.config.to_string();
+/// The columns after the config, as cells.
+fn resource_cells(r: &ListRow) -> Vec<String> {
+    let target = if r.kind == "ptx" {
+        format!("{} ptx", r.target)
+    } else {
+        r.target.clone()
+    };
+    vec![
+        target,
+        r.size.to_string(),
+        r.registers.to_string(),
+        r.shared_bytes.to_string(),
+        r.spill_bytes.to_string(),
+        if r.local { "yes" } else { "no" }.to_string(),
+        if r.attested.is_empty() {
+            "-".to_string()
+        } else {
+            r.attested.join(",")
+        },
+    ]
+}
+
+/// SMEM_STATIC: the largest static shared memory of the artifact's entries (dynamic
+/// shared memory is the launch's).
+const RESOURCE_HEADERS: [&str; 7] = [
+    "TARGET",
+    "SIZE",
+    "REGS",
+    "SMEM_STATIC",
+    "SPILLS",
+    "LOCAL",
+    "ATTESTED",
+];
+
+/// Numbers right-aligned, words left-aligned.
+fn right_aligned(header: &str) -> bool {
+    matches!(header, "SIZE" | "REGS" | "SMEM_STATIC" | "SPILLS")
+}
+
+/// Prints `table` (a header row, then rows) with each column as wide as its widest cell.
+fn print_table(table: &[Vec<String>], right: &dyn Fn(usize) -> bool) {
+    let columns = table.iter().map(Vec::len).max().unwrap_or(0);
+    let widths: Vec<usize> = (0..columns)
+        .map(|c| {
+            table
+                .iter()
+                .filter_map(|row| row.get(c))
+                .map(|cell| cell.chars().count())
+                .max()
+                .unwrap_or(0)
+        })
+        .collect();
+    for row in table {
+        let cells: Vec<String> = row
+            .iter()
+            .enumerate()
+            .map(|(c, cell)| {
+                let last = c + 1 == row.len();
+                match (right(c), last) {
+                    (true, _) => format!("{cell:>w$}", w = widths[c]),
+                    (false, true) => cell.clone(),
+                    (false, false) => format!("{cell:w$}", w = widths[c]),
+                }
+            })
+            .collect();
+        println!("{}", cells.join("  "));
     }
-    let derived: Vec<String> = r.derived.iter().map(|(k, v)| format!("{k}={v}")).collect();
-    format!("{}; {}", r.config, derived.join(","))
+}
+
+/// One table: CONFIG holds the params that differ between a kernel's rows.
+fn print_compact(rows: &[ListRow]) {
+    // Per kernel, the params with more than one value among its listed rows.
+    let mut values: BTreeMap<&str, BTreeMap<&str, BTreeSet<String>>> = BTreeMap::new();
+    for r in rows {
+        for (name, value) in &r.config.0 {
+            values
+                .entry(&r.kernel)
+                .or_default()
+                .entry(name)
+                .or_default()
+                .insert(value.to_string());
+        }
+    }
+    let varying = |kernel: &str, name: &str| {
+        let params = &values[kernel];
+        // When no param differs (one config, several targets), show them all.
+        params.values().all(|v| v.len() < 2) || params[name].len() > 1
+    };
+    // Entries only where a template entry's instance says more than its name.
+    let show_entries = rows
+        .iter()
+        .any(|r| r.entries.iter().any(|e| e.contains('<')));
+    let mut header = vec!["KERNEL".to_string(), "CONFIG".to_string()];
+    header.extend(RESOURCE_HEADERS.iter().map(|h| h.to_string()));
+    if show_entries {
+        header.push("ENTRIES".into());
+    }
+    let mut table = vec![header.clone()];
+    for r in rows {
+        let shown: Vec<String> = r
+            .config
+            .0
+            .iter()
+            .filter(|(name, _)| varying(&r.kernel, name))
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        let mut row = vec![
+            r.kernel.clone(),
+            if shown.is_empty() {
+                "-".to_string()
+            } else {
+                shown.join(",")
+            },
+        ];
+        row.extend(resource_cells(r));
+        if show_entries {
+            row.push(r.entries.join(" "));
+        }
+        table.push(row);
+    }
+    print_table(&table, &|c| right_aligned(&header[c]));
+}
+
+/// One kernel's rows with a column per param and derived param.
+fn print_wide(rows: &[&ListRow]) {
+    let params: Vec<&String> = rows[0].config.0.keys().collect();
+    let derived: BTreeSet<&String> = rows.iter().flat_map(|r| r.derived.keys()).collect();
+    let mut header = vec!["KERNEL".to_string()];
+    header.extend(params.iter().map(|p| p.to_string()));
+    header.extend(derived.iter().map(|d| d.to_string()));
+    header.extend(RESOURCE_HEADERS.iter().map(|h| h.to_string()));
+    header.push("ENTRIES".into());
+    let numeric: Vec<bool> = header
+        .iter()
+        .enumerate()
+        .map(|(c, h)| c > 0 && c <= params.len() + derived.len() || right_aligned(h))
+        .collect();
+    let mut table = vec![header];
+    for r in rows {
+        let mut row = vec![r.kernel.clone()];
+        row.extend(
+            params
+                .iter()
+                .map(|p| r.config.0.get(*p).map_or("-".into(), |v| v.to_string())),
+        );
+        row.extend(
+            derived
+                .iter()
+                .map(|d| r.derived.get(*d).map_or("-".into(), |v| v.to_string())),
+        );
+        row.extend(resource_cells(r));
+        row.push(r.entries.join(" "));
+        table.push(row);
+    }
+    print_table(&table, &|c| numeric[c]);
 }

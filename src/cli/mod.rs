@@ -4,6 +4,7 @@
 //! stderr, JSON with `--json`).
 
 mod build;
+pub mod complete;
 mod doctor;
 mod explain;
 mod export;
@@ -23,6 +24,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use clap::{Args, Parser, Subcommand};
+use clap_complete::ArgValueCandidates;
 
 use kart::error::{Error, Result};
 use kart::model::ParamValue;
@@ -32,42 +34,47 @@ use kart::project::Project;
 use kart::store::LockMode;
 use kart::target::TargetArch;
 
+/// The help heading of the options every command takes.
+const GLOBAL: &str = "Options of every command";
+/// The help heading of the remote cache's options (every command that talks to it).
+const REMOTE: &str = "Remote cache";
+
 /// kart (kernel artifacts): compile every config of your CUDA kernels to cubin offline,
 /// keep them by content, load them at run time with no JIT.
 #[derive(Parser)]
 #[command(name = "kart", version, about, long_about = None, propagate_version = true)]
 pub struct Cli {
     /// Run as if started in this folder (kart.toml is searched from here upwards).
-    #[arg(short = 'C', long, global = true, value_name = "DIR")]
+    #[arg(short = 'C', long, global = true, help_heading = GLOBAL, value_name = "DIR")]
     pub directory: Option<PathBuf>,
     /// nvcc to use (default: KART_NVCC, .toolchain/, kart's home as `kart toolchain install`
     /// filled it, CUDA_HOME, CUDA_PATH, PATH).
-    #[arg(long, global = true, value_name = "PATH", env = "KART_NVCC")]
+    #[arg(long, global = true, help_heading = GLOBAL, value_name = "PATH", env = "KART_NVCC")]
     pub nvcc: Option<PathBuf>,
     /// Print nothing but data and errors.
-    #[arg(short, long, global = true)]
+    #[arg(short, long, global = true, help_heading = GLOBAL)]
     pub quiet: bool,
     /// Seconds to wait for another kart process holding the store.
-    #[arg(long, global = true, default_value_t = 60, value_name = "SECONDS")]
+    #[arg(long, global = true, help_heading = GLOBAL, default_value_t = 60, value_name = "SECONDS")]
     pub lock_timeout: u64,
     /// The remote cache (default: kart.toml's [remote] url). http://, https:// or
     /// file://; the bearer token comes from KART_REMOTE_TOKEN.
-    #[arg(long, global = true, value_name = "URL", env = "KART_REMOTE")]
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "URL", env = "KART_REMOTE")]
     pub remote: Option<String>,
     /// Never write to the remote.
-    #[arg(long, global = true)]
+    #[arg(long, global = true, help_heading = REMOTE)]
     pub read_only: bool,
     /// Seconds to wait for a connection to the remote (default 3; kart.toml
     /// `[remote] connect_timeout`).
-    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
     pub connect_timeout: Option<Duration>,
     /// Seconds to wait for the first byte of the remote's answer (default 5;
     /// `[remote] first_byte_timeout`).
-    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
     pub first_byte_timeout: Option<Duration>,
     /// Seconds in which a transfer must move at least 1 KiB (default 5;
     /// `[remote] stall_timeout`). After any timeout the remote is given up for the run.
-    #[arg(long, global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
     pub stall_timeout: Option<Duration>,
     #[command(subcommand)]
     pub command: Command,
@@ -82,22 +89,31 @@ pub enum Command {
     /// first and stops within seconds if nvcc cannot build it.
     Build(BuildArgs),
     /// List the artifacts of kart.lock with their resources.
+    ///
+    /// CONFIG shows the params whose value differs between a kernel's listed rows
+    /// (all of them when none does); --wide gives every param and derived param a
+    /// column of its own, one table per kernel.
     Ls {
         /// Only these kernels (default: all).
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernels: Vec<String>,
         /// Only configs with these param values: -p BLOCK_M=64.
-        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
         params: Vec<(String, ParamValue)>,
-        /// One JSON array on stdout.
+        /// One column per param and derived param, one table per kernel.
+        #[arg(long, conflicts_with = "json")]
+        wide: bool,
+        /// One JSON array on stdout (every param and derived param of each row).
         #[arg(long)]
         json: bool,
     },
     /// Show every input of an artifact's action key and what changed against the lock.
     Explain {
         /// The kernel.
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernel: String,
         /// Param values (all params of the kernel): -p BLOCK_M=64 -p NUM_WARPS=4.
-        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
         params: Vec<(String, ParamValue)>,
         /// The target (default: the kernel's first).
         #[arg(long)]
@@ -160,9 +176,10 @@ pub enum Command {
     /// CuPy `RawModule(path=...)`, cuda-python and other runtimes).
     Path {
         /// The kernel.
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernel: String,
         /// Param values: -p BLOCK_M=64.
-        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
         params: Vec<(String, ParamValue)>,
         /// The target (default: the one GPU 0 would load).
         #[arg(long)]
@@ -175,6 +192,7 @@ pub enum Command {
     /// Download the blobs kart.lock names that the store lacks, checking every byte.
     Fetch {
         /// Only these kernels (default: all).
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernels: Vec<String>,
         /// Only artifacts for these targets.
         #[arg(long = "target", value_name = "sm_XX")]
@@ -208,7 +226,7 @@ pub enum Command {
     Export {
         /// Kernels and configs: KERNEL or KERNEL:NAME=VALUE,NAME=VALUE (default: every
         /// kernel of kart.lock).
-        #[arg(value_name = "KERNEL[:NAME=VALUE,…]")]
+        #[arg(value_name = "KERNEL[:NAME=VALUE,…]", add = ArgValueCandidates::new(complete::kernels))]
         selectors: Vec<kart::export::Selector>,
         /// Write a Python module (the only format).
         #[arg(long, required = true)]
@@ -227,6 +245,7 @@ pub enum Command {
     /// tuning programs on this GPU.
     Tune {
         /// Only these kernels.
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernels: Vec<String>,
         /// Run each kernel's `[tune] program` (from the project root) instead.
         #[arg(long)]
@@ -262,7 +281,11 @@ pub enum Command {
         /// The folder (created if missing).
         dir: Option<PathBuf>,
     },
-    /// Print a shell completion script: `kart completions bash > /etc/bash_completion.d/kart`.
+    /// Print the shell code that completes kart's commands, flags, and the kernel and
+    /// param names of the project you are in. It calls kart as you type, so load it
+    /// when the shell starts rather than saving it: `source <(kart completions bash)`
+    /// in ~/.bashrc (zsh: ~/.zshrc; fish: `kart completions fish | source` in
+    /// ~/.config/fish/config.fish).
     Completions {
         /// The shell.
         shell: clap_complete::Shell,
@@ -302,9 +325,10 @@ pub enum ToolchainAction {
 #[derive(Args)]
 pub struct BuildArgs {
     /// Kernels to build (default: all).
+    #[arg(add = ArgValueCandidates::new(complete::kernels))]
     pub kernels: Vec<String>,
     /// Only configs with these param values: -p BLOCK_M=64.
-    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param)]
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
     pub params: Vec<(String, ParamValue)>,
     /// Only these targets (each must be listed in the kernel's targets).
     #[arg(long = "target", value_name = "sm_XX")]
@@ -316,8 +340,8 @@ pub struct BuildArgs {
     #[arg(long, default_value_t = 600, value_name = "SECONDS")]
     pub timeout: u64,
     /// Compile nothing: for each selected kernel, say how many raw combinations its
-    /// params make, how many `[[exclude]]` and each `require` rule remove, and how many
-    /// configs remain.
+    /// params make (those with the -p values), how many `[[exclude]]` and each
+    /// `require` rule remove, and how many configs remain.
     #[arg(long, conflicts_with_all = ["locked", "shard", "push"])]
     pub explain_grid: bool,
     /// Compile nothing: check that every action key equals kart.lock's (exit 1 if not).
@@ -326,6 +350,11 @@ pub struct BuildArgs {
     /// Stop starting compiles at the first failure (those running finish).
     #[arg(long, conflicts_with_all = ["locked", "explain_grid"])]
     pub fail_fast: bool,
+    /// Keep each failing compile's folder (the unit kart generates for template
+    /// entries, nvcc's command line as nvcc.sh, its output) in the store's kept/
+    /// folder, and print where; `kart gc` removes them.
+    #[arg(long, conflicts_with_all = ["locked", "explain_grid"])]
+    pub keep_temps: bool,
     /// Build only slice I of N (1-based) of the selection, and write only the store.
     #[arg(long, value_name = "I/N")]
     pub shard: Option<Shard>,
@@ -362,9 +391,7 @@ fn parse_seconds(s: &str) -> std::result::Result<Duration, String> {
 /// Runs the parsed command line.
 pub fn run(cli: &Cli) -> Result<ExitCode> {
     if let Command::Completions { shell } = &cli.command {
-        let mut command = <Cli as clap::CommandFactory>::command();
-        clap_complete::generate(*shell, &mut command, "kart", &mut std::io::stdout());
-        return Ok(ExitCode::SUCCESS);
+        return complete::registration(*shell);
     }
     let cwd = match &cli.directory {
         Some(d) => d.clone(),
@@ -395,74 +422,167 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
     if let Command::AttestWorker { digests } = &cli.command {
         return smoke::attest_worker(&project.root, digests);
     }
+    let broken = match named_kernels(&cli.command) {
+        None => project.broken.clone(),
+        Some(names) => {
+            // A command about a kernel that could not be read says why.
+            if let Some(b) = names.iter().find_map(|n| project.broken_kernel(n)) {
+                return Err(b.error.clone());
+            }
+            Vec::new()
+        }
+    };
+    if !broken.is_empty()
+        && let Command::Build(args) = &cli.command
+        && args.locked
+    {
+        // `--locked` cannot check what it cannot read.
+        return Err(broken[0].error.clone());
+    }
     let mode = match cli.command {
         Command::Gc { .. } => LockMode::Exclusive,
         _ => LockMode::Shared,
     };
     let ws = Workspace::open(project, mode, Duration::from_secs(cli.lock_timeout))?;
+    let code = run_command(cli, ws)?;
+    if broken.is_empty() || code != ExitCode::SUCCESS {
+        return Ok(code);
+    }
+    report_broken(&broken)
+}
+
+/// Runs a command that needs the project's store.
+fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
+    let ws = &workspace;
     match &cli.command {
-        Command::Build(args) => build::run(cli, &ws, args),
+        Command::Build(args) => build::run(cli, ws, args),
         Command::Ls {
             kernels,
             params,
+            wide,
             json,
-        } => ls::run(&ws, kernels, params, *json),
+        } => ls::run(ws, kernels, params, *wide, *json),
         Command::Explain {
             kernel,
             params,
             target,
             ptx,
             json,
-        } => explain::run(cli, &ws, kernel, params, *target, *ptx, *json),
+        } => explain::run(cli, ws, kernel, params, *target, *ptx, *json),
         Command::Verify {
             rebuild,
             seed,
             json,
-        } => verify::run(cli, &ws, *rebuild, *seed, *json),
+        } => verify::run(cli, ws, *rebuild, *seed, *json),
         Command::Smoke {
             allow_no_gpu,
             json,
             all,
         } => {
-            let code = smoke::run(cli, &ws, *allow_no_gpu, *json)?;
+            let code = smoke::run(cli, ws, *allow_no_gpu, *json)?;
             if *all && code == ExitCode::SUCCESS && kart::runtime::device_count() > 0 {
-                return smoke::attest(cli, &ws);
+                return smoke::attest(cli, ws);
             }
             Ok(code)
         }
-        Command::Doctor { verbose, json } => doctor::run(cli, &ws, *verbose, *json),
+        Command::Doctor { verbose, json } => doctor::run(cli, ws, *verbose, *json),
         Command::Path {
             kernel,
             params,
             target,
             json,
-        } => path::run(ws, kernel, params, *target, *json),
+        } => path::run(workspace, kernel, params, *target, *json),
         Command::Fetch {
             kernels,
             targets,
             device,
             jobs,
             json,
-        } => transfer::fetch(cli, &ws, kernels, targets, *device, *jobs, *json),
-        Command::Push { jobs, json } => transfer::push(cli, &ws, *jobs, *json),
+        } => transfer::fetch(cli, ws, kernels, targets, *device, *jobs, *json),
+        Command::Push { jobs, json } => transfer::push(cli, ws, *jobs, *json),
         Command::Export {
             selectors,
             python: _,
             output,
             targets,
             all_configs,
-        } => export::run(cli, &ws, selectors, output, targets, *all_configs),
-        Command::Tune { kernels, run, json } => tune::run(&ws, kernels, *run, *json),
+        } => export::run(cli, ws, selectors, output, targets, *all_configs),
+        Command::Tune { kernels, run, json } => tune::run(ws, kernels, *run, *json),
         Command::Gc {
             dry_run,
             json,
             all_unreferenced,
-        } => gc::run(&ws, *dry_run, *all_unreferenced, *json),
+        } => gc::run(ws, *dry_run, *all_unreferenced, *json),
         Command::AttestWorker { .. }
         | Command::Completions { .. }
         | Command::Toolchain { .. }
         | Command::Init { .. } => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Prints an error as `error:`, its causes and its `hint:` on stderr. Errors quote
+/// files, remotes and nvcc: nothing of theirs may drive the terminal.
+pub fn print_error(e: &kart::Error) {
+    let shown = |s: String| kart::untrusted::for_terminal(&s).into_owned();
+    eprintln!("error: {}", shown(e.to_string()));
+    let mut source = std::error::Error::source(e);
+    while let Some(s) = source {
+        eprintln!("  caused by: {}", shown(s.to_string()));
+        source = s.source();
+    }
+    if let Some(hint) = e.hint() {
+        eprintln!("hint: {}", shown(hint));
+    }
+}
+
+/// The kernels a command names, or `None` when it is about the whole project (and so
+/// also about any kernel that could not be read).
+fn named_kernels(command: &Command) -> Option<Vec<String>> {
+    let named = |kernels: &[String]| (!kernels.is_empty()).then(|| kernels.to_vec());
+    match command {
+        Command::Build(args) => named(&args.kernels),
+        Command::Ls { kernels, .. }
+        | Command::Fetch { kernels, .. }
+        | Command::Tune { kernels, .. } => named(kernels),
+        Command::Explain { kernel, .. } | Command::Path { kernel, .. } => {
+            Some(vec![kernel.clone()])
+        }
+        Command::Export { selectors, .. } => named(
+            &selectors
+                .iter()
+                .map(|s| s.kernel.clone())
+                .collect::<Vec<_>>(),
+        ),
+        Command::Smoke { .. }
+        | Command::AttestWorker { .. }
+        | Command::Completions { .. }
+        | Command::Toolchain { .. }
+        | Command::Init { .. } => Some(Vec::new()),
+        Command::Verify { .. }
+        | Command::Doctor { .. }
+        | Command::Push { .. }
+        | Command::Gc { .. } => None,
+    }
+}
+
+/// After a command about the whole project ran over the kernels that could be read:
+/// each broken kernel's error, and exit 2.
+fn report_broken(broken: &[kart::project::BrokenKernel]) -> Result<ExitCode> {
+    for b in broken {
+        print_error(&b.error);
+    }
+    let names: Vec<String> = broken
+        .iter()
+        .map(|b| format!("`{}` ({})", b.name, b.manifest.display()))
+        .collect();
+    Err(Error::usage(
+        format!(
+            "{} kernel(s) could not be read: {}; the command ran over the others",
+            broken.len(),
+            names.join(", ")
+        ),
+        Some("fix the errors above; their kart.lock records are kept as they were".into()),
+    ))
 }
 
 /// `--rebuild N` or `--rebuild all`.

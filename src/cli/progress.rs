@@ -61,10 +61,13 @@ impl CliReporter {
             .skip(1)
             .collect::<Vec<_>>()
             .join("\n");
-        if body.trim().is_empty() {
+        let key = if !failure.group.is_empty() {
+            failure.group.clone()
+        } else if body.trim().is_empty() {
             return None;
-        }
-        let key = format!("{}\n{body}", failure.summary);
+        } else {
+            format!("{}\n{body}", failure.summary)
+        };
         let mut shown = self.shown.lock().ok()?;
         match shown.get(&key) {
             Some(first) => Some(first.clone()),
@@ -126,6 +129,9 @@ impl BuildReporter for CliReporter {
                     String::new()
                 };
                 let msg = match self.shown_before(artifact, failure) {
+                    Some(first) if !failure.group.is_empty() => {
+                        format!("{count}error: {artifact}: the same error as {first}, above")
+                    }
                     Some(first) => format!(
                         "{count}error: {artifact}: {} (the same nvcc output as {first}, above)",
                         failure.summary

@@ -61,6 +61,9 @@ pub struct CompileFailure {
     /// The disk holding the output is full: the machine's fault, not the toolchain's or
     /// the kernel's.
     pub disk_full: bool,
+    /// Failures of one group are one error hitting several configs (a template entry
+    /// that names no template), shown once; empty: the summary and nvcc's output decide.
+    pub group: String,
 }
 
 impl std::fmt::Display for CompileFailure {
@@ -177,6 +180,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
                 ),
                 details: String::new(),
                 disk_full: false,
+                group: String::new(),
             });
         }
         let names: Vec<String> = instances.iter().map(|(_, i)| i.clone()).collect();
@@ -188,6 +192,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             summary: format!("cannot write `{}`: {e}", main.display()),
             details: String::new(),
             disk_full: false,
+            group: String::new(),
         })?;
     }
     let args = nvcc_args(job, &main, &out, &deps);
@@ -198,6 +203,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         summary: format!("cannot run `{}`: {e}", job.toolchain.nvcc.display()),
         details: String::new(),
         disk_full: false,
+        group: String::new(),
     })?;
     let stderr = outcome.stderr.clone() + &outcome.stdout;
     if outcome.timed_out {
@@ -208,6 +214,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             ),
             details: frame(&shown, &stderr),
             disk_full: false,
+            group: String::new(),
         });
     }
     if !outcome.status.is_some_and(|s| s.success()) {
@@ -215,10 +222,15 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             .status
             .map(|s| s.to_string())
             .unwrap_or_else(|| "killed".into());
+        let (summary, group) = match entry_error(job, &instances, &stderr) {
+            Some(summary) => (summary.clone(), summary),
+            None => (format!("nvcc failed ({status})"), String::new()),
+        };
         return Err(CompileFailure {
-            summary: format!("nvcc failed ({status})"),
+            summary,
             details: frame(&shown, &stderr),
             disk_full: false,
+            group,
         });
     }
     let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
@@ -228,6 +240,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         summary: "undeclared include".into(),
         details,
         disk_full: false,
+        group: String::new(),
     })?;
     // A full disk makes nvcc "succeed" with a cut-short file: say so, not that nvcc or
     // the cubin is broken.
@@ -236,11 +249,13 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             summary: format!("{full} (nvcc's output was cut short)"),
             details: String::new(),
             disk_full: true,
+            group: String::new(),
         },
         None => CompileFailure {
             summary: why,
             details: frame(&shown, &stderr),
             disk_full: false,
+            group: String::new(),
         },
     };
     let bytes = std::fs::read(&out).map_err(|e| {
@@ -289,6 +304,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
                 summary: format!("nvcc's output failed its check: {why}"),
                 details: String::new(),
                 disk_full: false,
+                group: String::new(),
             })?;
         }
         if let Some(declared) = job.kernel.signature.get(&entry.name) {
@@ -301,6 +317,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
                             job.kernel.manifest.display()
                         ),
                         disk_full: false,
+                        group: String::new(),
                     }
                 })?;
             }
@@ -313,6 +330,63 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         entries,
         elapsed: outcome.elapsed,
     })
+}
+
+/// nvcc's first error on a line of the generated unit, as an error at the template
+/// entry of kernel.toml that line instantiates (the unit is a temporary file: the
+/// line to fix is the entry's), with "did you mean" among the source's kernels.
+fn entry_error(
+    job: &CompileJob<'_>,
+    instances: &[(&TemplateEntry, String)],
+    stderr: &str,
+) -> Option<String> {
+    let (line, message) = stderr.lines().find_map(|l| {
+        // `…/kart_instances.cu(3): error: identifier "tiles" is undefined`
+        let at = l.find(&format!("{INSTANCES_FILE}("))?;
+        let rest = &l[at + INSTANCES_FILE.len() + 1..];
+        let (number, rest) = rest.split_once("): ")?;
+        let message = rest.strip_prefix("error: ")?;
+        Some((number.parse::<usize>().ok()?, message.trim().to_string()))
+    })?;
+    // The unit's line 1 is a comment, line 2 the #include, line 3 + i instance i.
+    let (entry, _) = instances.get(line.checked_sub(3)?)?;
+    let manifest = job.root.join(&job.kernel.manifest);
+    let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+    let (row, column) = text
+        .find(&entry.written)
+        .map(|offset| {
+            let before = &text[..offset];
+            let row = before.matches('\n').count() + 1;
+            let column = offset - before.rfind('\n').map_or(0, |p| p + 1) + 1;
+            (row, column)
+        })
+        .unwrap_or((1, 1));
+    let kernels = global_functions(job);
+    let short = entry.name.rsplit("::").next().unwrap_or(&entry.name);
+    let guess = crate::suggest::did_you_mean(short, kernels.iter().map(String::as_str))
+        .map(|g| format!("; {g}"))
+        .unwrap_or_default();
+    Some(format!(
+        "{}:{row}:{column}: entry `{}` does not compile: {message} (nvcc, where kart's generated unit instantiates it){guess}",
+        job.kernel.manifest.display(),
+        entry.written,
+    ))
+}
+
+/// The names of the `__global__` functions the kernel's first source defines, read
+/// loosely (the word before the first `(` after `__global__`): hints only.
+fn global_functions(job: &CompileJob<'_>) -> Vec<String> {
+    let text = std::fs::read_to_string(job.root.join(&job.kernel.sources[0])).unwrap_or_default();
+    text.split("__global__")
+        .skip(1)
+        .filter_map(|after| {
+            let head = &after[..after.find('(')?];
+            let name = head
+                .split(|c: char| !(c.is_ascii_alphanumeric() || c == '_'))
+                .rfind(|w| !w.is_empty())?;
+            Some(name.to_string())
+        })
+        .collect()
 }
 
 /// The symbol of each entry, in order: an `extern "C"` entry is its own symbol; a

@@ -85,22 +85,31 @@ pub fn explain(
                 items.join(", ")
             }
         };
+        let guesses: Vec<String> = unknown
+            .iter()
+            .filter_map(|u| {
+                crate::suggest::did_you_mean(u, kernel.params.keys().map(String::as_str))
+            })
+            .collect();
         return Err(Error::usage(
             format!("explain needs one value for each param of `{kernel_name}`"),
             Some(format!(
-                "missing: {}; unknown: {}; params: {}",
+                "missing: {}; unknown: {}{}; params: {}",
                 list(&missing),
                 list(&unknown),
+                if guesses.is_empty() {
+                    String::new()
+                } else {
+                    format!(" ({})", guesses.join(", "))
+                },
                 kernel.params.keys().cloned().collect::<Vec<_>>().join(", ")
             )),
         ));
     }
     if !kernel.configs().contains(config) {
         return Err(Error::usage(
-            format!(
-                "{config} is not a config of `{kernel_name}` (a value is not in the grid, or it is excluded)"
-            ),
-            None,
+            format!("{config} is not a config of `{kernel_name}`"),
+            kernel.grid().why_none(&config.0),
         ));
     }
     let target = target.unwrap_or(kernel.targets[0]);

@@ -79,6 +79,9 @@ pub struct BuildOptions {
     pub entries_only: bool,
     /// Start no compile after the first failure.
     pub fail_fast: bool,
+    /// Keep a failing compile's folder (the generated unit, nvcc's command line as
+    /// `nvcc.sh`, its output) under the store's `kept/` for inspection.
+    pub keep_temps: bool,
 }
 
 impl Default for BuildOptions {
@@ -95,6 +98,7 @@ impl Default for BuildOptions {
             push: false,
             entries_only: false,
             fail_fast: false,
+            keep_temps: false,
         }
     }
 }
@@ -229,8 +233,8 @@ pub fn build(
         ));
     }
 
-    let failures = compile_all(ws, &toolchain, &to_compile, options, reporter);
-    let compiled = to_compile.len() - failures.len();
+    let (failed_count, failures) = compile_all(ws, &toolchain, &to_compile, options, reporter);
+    let compiled = to_compile.len() - failed_count;
 
     let mut summary = BuildSummary {
         selected: selected.len(),
@@ -275,6 +279,7 @@ pub fn build(
     }
     if !failures.is_empty() {
         return Err(Error::BuildFailed {
+            count: failed_count,
             failed: failures,
             total: selected.len(),
         });
@@ -282,14 +287,15 @@ pub fn build(
     Ok(summary)
 }
 
-/// Compiles `jobs` on `options.jobs` threads; returns one line per failure.
+/// Compiles `jobs` on `options.jobs` threads; returns how many failed, and one line
+/// per distinct error with the artifacts it hit.
 fn compile_all(
     ws: &Workspace,
     toolchain: &Toolchain,
     jobs: &[&Planned],
     options: &BuildOptions,
     reporter: &dyn BuildReporter,
-) -> Vec<String> {
+) -> (usize, Vec<String>) {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let skipped = AtomicUsize::new(0);
     let host_compiler = toolchain.host_compiler();
@@ -299,7 +305,14 @@ fn compile_all(
             return None;
         }
         let name = p.describe(&ws.project);
-        match compile_one(ws, toolchain, p, options.timeout, &host_compiler) {
+        match compile_one(
+            ws,
+            toolchain,
+            p,
+            options.timeout,
+            &host_compiler,
+            options.keep_temps,
+        ) {
             Ok(elapsed) => {
                 reporter.compiled(&name, Ok(elapsed));
                 None
@@ -309,19 +322,38 @@ fn compile_all(
                     stop.store(true, Ordering::Relaxed);
                 }
                 reporter.compiled(&name, Err(&failure));
-                Some(format!("  {name}: {}", failure.summary))
+                Some((name, failure.summary))
             }
         }
     });
-    let mut failures: Vec<String> = outcomes.into_iter().flatten().collect();
-    failures.sort();
+    // One line per distinct error, with the artifacts it hit.
+    let mut by_error: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut failed_count = 0;
+    for (name, summary) in outcomes.into_iter().flatten() {
+        failed_count += 1;
+        by_error.entry(summary).or_default().push(name);
+    }
+    let failures: Vec<String> = by_error
+        .into_iter()
+        .map(|(summary, mut names)| {
+            names.sort();
+            match names.as_slice() {
+                [one] => format!("  {one}: {summary}"),
+                _ => format!(
+                    "  {summary}\n    in {} artifacts: {}",
+                    names.len(),
+                    names.join(", ")
+                ),
+            }
+        })
+        .collect();
     let skipped = skipped.into_inner();
     if skipped > 0 {
         reporter.note(&format!(
             "--fail-fast: {skipped} artifact(s) not compiled after the first failure"
         ));
     }
-    failures
+    (failed_count, failures)
 }
 
 fn compile_one(
@@ -330,12 +362,14 @@ fn compile_one(
     p: &Planned,
     timeout: Duration,
     host_compiler: &str,
+    keep_temps: bool,
 ) -> std::result::Result<Duration, CompileFailure> {
     let kernel = &ws.project.kernels[p.kernel];
     let store_failure = |e: Error| CompileFailure {
         summary: format!("store: {}", e.with_causes()),
         details: String::new(),
         disk_full: false,
+        group: String::new(),
     };
     let scratch = ws.store.scratch_dir().map_err(store_failure)?;
     let job = CompileJob {
@@ -348,7 +382,22 @@ fn compile_one(
         timeout,
     };
     crate::failpoint::hit("build.compile", &p.key);
-    let out = compile(&job, scratch.path())?;
+    let out = match compile(&job, scratch.path()) {
+        Ok(out) => out,
+        Err(mut failure) if keep_temps => {
+            match keep_scratch(ws, &job, &p.key, scratch, &failure) {
+                Ok(kept) => failure.details.push_str(&format!(
+                    "\n  kept in {}: the files nvcc read and wrote, nvcc.sh (its command line), output.txt",
+                    kept.display()
+                )),
+                Err(e) => failure
+                    .details
+                    .push_str(&format!("\n  --keep-temps: {}", e.with_causes())),
+            }
+            return Err(failure);
+        }
+        Err(failure) => return Err(failure),
+    };
     let digest = ws.store.put_blob(&out.bytes).map_err(store_failure)?;
     crate::failpoint::hit("build.after-blob", &p.key);
     let entry = ActionEntry {
@@ -368,6 +417,68 @@ fn compile_one(
     };
     ws.store.put_entry(&entry).map_err(store_failure)?;
     Ok(out.elapsed)
+}
+
+/// Moves a failed compile's scratch folder to `<store root>/kept/<kernel>-<key prefix>`
+/// (replacing an older one of the same artifact) with nvcc's command line as a script
+/// that runs it again from the project root, and nvcc's output.
+fn keep_scratch(
+    ws: &Workspace,
+    job: &CompileJob<'_>,
+    key: &str,
+    scratch: tempfile::TempDir,
+    failure: &CompileFailure,
+) -> Result<PathBuf> {
+    use crate::error::IoContext as _;
+    let kept_dir = ws.store.root().join("kept");
+    std::fs::create_dir_all(&kept_dir).at("create", &kept_dir)?;
+    let kept = kept_dir.join(format!("{}-{}", job.kernel.name, &key[..12]));
+    if kept.exists() {
+        std::fs::remove_dir_all(&kept).at("remove", &kept)?;
+    }
+    let from = scratch.keep();
+    std::fs::rename(&from, &kept).at("move a scratch folder to", &kept)?;
+    let main = crate::pipeline::compile::main_file(job, &kept);
+    let ext = match job.kind {
+        crate::model::ArtifactKind::Cubin => "cubin",
+        crate::model::ArtifactKind::Ptx => "ptx",
+    };
+    let args = crate::pipeline::compile::nvcc_args(
+        job,
+        &main,
+        &kept.join(format!("out.{ext}")),
+        &kept.join("out.d"),
+    );
+    let quoted: Vec<String> = std::iter::once(job.toolchain.nvcc.display().to_string())
+        .chain(args)
+        .map(|a| shell_quote(&a))
+        .collect();
+    let script = format!(
+        "#!/bin/sh\n# {} as kart compiled it; run from anywhere.\ncd {} || exit\nexec {}\n",
+        crate::untrusted::for_terminal(&format!(
+            "{}[{}] {}",
+            job.kernel.name, job.config, job.target
+        )),
+        shell_quote(&job.root.display().to_string()),
+        quoted.join(" ")
+    );
+    let script_path = kept.join("nvcc.sh");
+    std::fs::write(&script_path, script).at("write", &script_path)?;
+    let output = kept.join("output.txt");
+    std::fs::write(&output, failure.to_string()).at("write", &output)?;
+    Ok(kept)
+}
+
+/// `text` as one POSIX shell word.
+fn shell_quote(text: &str) -> String {
+    if !text.is_empty()
+        && text
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || "-_=./,:+@%".contains(c))
+    {
+        return text.to_string();
+    }
+    format!("'{}'", text.replace('\'', "'\\''"))
 }
 
 /// The lock entry of a stored action entry.
@@ -453,6 +564,17 @@ fn write_lock(
             artifacts.push(kept.clone());
         }
     }
+    // A kernel that could not be read keeps its records as they were: fixing its
+    // kernel.toml and building again is what changes them.
+    let broken: std::collections::BTreeSet<&str> =
+        ws.project.broken.iter().map(|b| b.name.as_str()).collect();
+    let planned_listed = artifacts.len();
+    artifacts.extend(
+        old.artifacts
+            .iter()
+            .filter(|a| broken.contains(a.kernel.as_str()))
+            .cloned(),
+    );
     let kernels = ws
         .project
         .kernels
@@ -463,14 +585,19 @@ fn write_lock(
                 launch: l.text(),
             })
         })
+        .chain(
+            old.kernels
+                .iter()
+                .filter(|k| broken.contains(k.name.as_str()))
+                .cloned(),
+        )
         .collect();
     let lock = Lockfile::new(artifacts).with_kernels(kernels);
     crate::failpoint::hit("lock.write", "");
     let changed = lock.write(&lock_path(&ws.project.root))?;
-    if lock.artifacts.len() < planned.len() {
+    if planned_listed < planned.len() {
         reporter.note(&format!(
-            "kart.lock lists {} of the project's {} artifacts; run `kart build` for the rest",
-            lock.artifacts.len(),
+            "kart.lock lists {planned_listed} of the project's {} artifacts; run `kart build` for the rest",
             planned.len()
         ));
     }

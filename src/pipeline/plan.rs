@@ -146,9 +146,24 @@ impl Workspace {
                 .filter(|k| in_kernels(k))
                 .any(|k| k.params.contains_key(name))
             {
+                let params: std::collections::BTreeSet<&str> = project
+                    .kernels
+                    .iter()
+                    .filter(|k| in_kernels(k))
+                    .flat_map(|k| k.params.keys().map(String::as_str))
+                    .collect();
+                let listed = params.iter().copied().collect::<Vec<_>>().join(", ");
                 return Err(Error::usage(
                     format!("no selected kernel has a param `{name}`"),
-                    None,
+                    Some(
+                        match crate::suggest::did_you_mean(name, params.iter().copied()) {
+                            Some(guess) => format!("{guess} (params: {listed})"),
+                            None if params.is_empty() => {
+                                "the selected kernels have no params".into()
+                            }
+                            None => format!("params: {listed}"),
+                        },
+                    ),
                 ));
             }
         }
@@ -179,12 +194,46 @@ impl Workspace {
             })
             .collect();
         if chosen.is_empty() {
-            return Err(Error::usage(
-                "the selection matches no artifact",
-                Some("check the values given with -p against the kernel's [params]".into()),
-            ));
+            return Err(self.nothing_selected(selection, &in_kernels));
         }
         Ok(chosen)
+    }
+
+    /// The error for a selection that matches no artifact: per selected kernel, which
+    /// value is not in its grid or which step of the grid removed the combinations.
+    fn nothing_selected(
+        &self,
+        selection: &Selection,
+        in_kernels: &dyn Fn(&Kernel) -> bool,
+    ) -> Error {
+        let project = &self.project;
+        if project.kernels.is_empty() {
+            return Error::usage(
+                format!(
+                    "the project has no kernels yet (none under `{}/`)",
+                    project.kernels_dir.display()
+                ),
+                Some("`kart init` writes a smoke kernel to start from; a kernel is a folder with a kernel.toml".into()),
+            );
+        }
+        let reasons: Vec<String> = project
+            .kernels
+            .iter()
+            .filter(|k| in_kernels(k))
+            .filter_map(|k| {
+                k.grid()
+                    .why_none(&selection.params)
+                    .map(|why| format!("{}: {why}", k.name))
+            })
+            .collect();
+        Error::usage(
+            "the selection matches no artifact",
+            Some(if reasons.is_empty() {
+                "no selected kernel is built for the targets given".to_string()
+            } else {
+                reasons.join("\n  ")
+            }),
+        )
     }
 
     /// The action entry of a key whose blob is in the store, if both are. An unreadable

@@ -221,6 +221,64 @@ impl Grid<'_> {
     }
 }
 
+impl Grid<'_> {
+    /// Why the grid keeps no config with the values of `filter` (params it does not
+    /// have are ignored): each value that is not one of its param's, else how the
+    /// combinations with these values were removed (`[[exclude]]`, which `require`
+    /// rule). `None` when some config is kept.
+    pub fn why_none(&self, filter: &BTreeMap<String, ParamValue>) -> Option<String> {
+        let mut narrowed = self.params.clone();
+        let mut not_values = Vec::new();
+        for (name, value) in filter {
+            let Some(values) = narrowed.get_mut(name) else {
+                continue;
+            };
+            if !values.contains(value) {
+                let listed: Vec<String> = values.iter().map(ToString::to_string).collect();
+                not_values.push(format!(
+                    "{name}={value} is not one of its values ({})",
+                    listed.join(", ")
+                ));
+            }
+            values.retain(|v| v == value);
+        }
+        if !not_values.is_empty() {
+            return Some(not_values.join("; "));
+        }
+        let grid = Grid {
+            params: &narrowed,
+            ..*self
+        };
+        let Ok((report, _)) = grid.report() else {
+            return Some("its rules fail to evaluate on these values".into());
+        };
+        if report.kept > 0 {
+            return None;
+        }
+        let removed: Vec<String> = report
+            .steps
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(step, n)| format!("{step} removes {n}"))
+            .collect();
+        let given: Vec<String> = filter
+            .iter()
+            .filter(|(name, _)| self.params.contains_key(*name))
+            .map(|(name, value)| format!("{name}={value}"))
+            .collect();
+        Some(format!(
+            "of the {} combination(s) with {}, {}",
+            report.raw,
+            if given.is_empty() {
+                "any values".to_string()
+            } else {
+                given.join(",")
+            },
+            removed.join(", ")
+        ))
+    }
+}
+
 /// A combination's values by param name, then the derived params computed so far.
 #[derive(Clone, Copy)]
 struct FlatEnv<'a> {
@@ -359,6 +417,39 @@ mod tests {
         println!(
             "100k raw configs filtered to {} in {elapsed:?}",
             report.kept
+        );
+    }
+
+    #[test]
+    fn why_none_names_the_value_or_the_step() {
+        let mut k = kernel(
+            &[("BM", vec![64, 128]), ("BN", vec![64, 128])],
+            &["BM * BN <= 8192"],
+            &[],
+        );
+        k.exclude = vec![BTreeMap::from([
+            ("BM".to_string(), ParamValue::Int(64)),
+            ("BN".to_string(), ParamValue::Int(128)),
+        ])];
+        let filter = |pairs: &[(&str, i64)]| -> BTreeMap<String, ParamValue> {
+            pairs
+                .iter()
+                .map(|(n, v)| (n.to_string(), ParamValue::Int(*v)))
+                .collect()
+        };
+        let grid = k.grid();
+        assert_eq!(grid.why_none(&filter(&[("BM", 64)])), None);
+        assert_eq!(
+            grid.why_none(&filter(&[("BM", 48), ("OTHER", 1)])).unwrap(),
+            "BM=48 is not one of its values (64, 128)"
+        );
+        assert_eq!(
+            grid.why_none(&filter(&[("BM", 128)])).unwrap(),
+            "of the 2 combination(s) with BM=128, require \"BM * BN <= 8192\" removes 2"
+        );
+        assert_eq!(
+            grid.why_none(&filter(&[("BN", 128)])).unwrap(),
+            "of the 2 combination(s) with BN=128, [[exclude]] removes 1, require \"BM * BN <= 8192\" removes 1"
         );
     }
 

@@ -1,7 +1,7 @@
 //! `[launch]` and `[launch.args]` of a `kernel.toml`: grid, block and shared memory as
 //! expressions, and how kart makes each argument of a call.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use kart_runtime::error::Result;
 use kart_runtime::expr::Expr;
@@ -11,10 +11,11 @@ use toml::Spanned;
 
 use crate::project::grid_toml::expression;
 use crate::project::kernel::Kernel;
-use crate::project::raw::RawKernel;
+use crate::project::raw::{ManifestChecks, RawKernel};
 
 /// `[launch]`: 1 to 3 grid and block expressions, optional shared memory, and
-/// `[launch.args]`; names that are not params are the problem's keys, checked at launch.
+/// `[launch.args]`, each name a param, a derived param, `SMS` or a problem key (of
+/// `[tune]`, or of `problem = [...]`).
 pub(super) fn launch(
     file: &SourceFile<'_>,
     raw: &RawKernel,
@@ -36,23 +37,112 @@ pub(super) fn launch(
             .map(|t| expression(file, t, &format!("[launch] {what}")))
             .collect()
     };
+    let known = known_names(file, raw, kernel)?;
     let mut args = BTreeMap::new();
     for (entry, slots) in &l.args {
-        args.insert(
-            entry.get_ref().clone(),
-            launch_args(file, kernel, entry, slots)?,
-        );
+        let specs = launch_args(file, kernel, entry, slots)?;
+        for (spec, slot) in specs.iter().zip(slots.get_ref()) {
+            let exprs: Vec<&Expr> = match spec {
+                crate::call::ArgSpec::Pass => Vec::new(),
+                crate::call::ArgSpec::Value(e) => vec![e],
+                crate::call::ArgSpec::TensorMap { shape, tile, .. } => {
+                    shape.iter().chain(tile).collect()
+                }
+            };
+            for e in exprs {
+                check_names(file, e, slot.span(), false, &known)?;
+            }
+        }
+        args.insert(entry.get_ref().clone(), specs);
     }
+    let checked = |t: &Spanned<String>, what: &str| -> Result<Expr> {
+        let e = expression(file, t, what)?;
+        check_names(file, &e, t.span(), true, &known)?;
+        Ok(e)
+    };
+    let list = |v: &Spanned<Vec<Spanned<String>>>, what: &str| -> Result<Vec<Expr>> {
+        let exprs = list(v, what)?;
+        for (e, t) in exprs.iter().zip(v.get_ref()) {
+            check_names(file, e, t.span(), true, &known)?;
+        }
+        Ok(exprs)
+    };
     Ok(Some(LaunchSpec {
         grid: list(&l.grid, "grid")?,
         block: list(&l.block, "block")?,
         shared_mem: l
             .shared_mem
             .as_ref()
-            .map(|t| expression(file, t, "[launch] shared_mem"))
+            .map(|t| checked(t, "[launch] shared_mem"))
             .transpose()?,
         args,
     }))
+}
+
+/// The names a `[launch]` expression may use: params, derived params, `SMS` (the GPU's
+/// multiprocessors, known at launch) and the problem's keys, which are `[tune]`'s
+/// (`exact` values and `nearest`) and those `problem = [...]` lists.
+fn known_names(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    kernel: &Kernel,
+) -> Result<BTreeSet<String>> {
+    let mut known: BTreeSet<String> = kernel.params.keys().cloned().collect();
+    known.extend(kernel.derived.iter().map(|d| d.name.clone()));
+    known.insert("SMS".into());
+    if let Some(tune) = &raw.tune {
+        known.extend(tune.exact.values().map(|k| k.get_ref().clone()));
+        known.extend(tune.nearest.iter().map(|k| k.get_ref().clone()));
+    }
+    for key in raw.launch.iter().flat_map(|l| &l.problem) {
+        file.check_name(key.get_ref(), key.span(), "problem key")?;
+        if kernel.params.contains_key(key.get_ref())
+            || kernel.derived.iter().any(|d| d.name == *key.get_ref())
+        {
+            return Err(file.error(
+                key.span(),
+                format!("problem key `{}` is also a param of the kernel", key.get_ref()),
+                "give the problem's key another name: a launch takes a param's value from the config",
+            ));
+        }
+        known.insert(key.get_ref().clone());
+    }
+    Ok(known)
+}
+
+/// Refuses a name `e` uses that is not in `known`, at its column when `in_string` says
+/// `span` is the expression's own TOML string (else at `span`).
+fn check_names(
+    file: &SourceFile<'_>,
+    e: &Expr,
+    span: std::ops::Range<usize>,
+    in_string: bool,
+    known: &BTreeSet<String>,
+) -> Result<()> {
+    for (name, at) in e.names() {
+        if known.contains(name) {
+            continue;
+        }
+        let start = if in_string {
+            span.start + 1 + at.start
+        } else {
+            span.start
+        };
+        let guess = crate::suggest::did_you_mean(name, known.iter().map(String::as_str))
+            .map(|g| format!("{g} "))
+            .unwrap_or_default();
+        return Err(file.error(
+            start..start,
+            format!(
+                "[launch] `{}` uses `{name}`, which is neither a param, a derived param, `SMS` nor a problem key",
+                e.text
+            ),
+            format!(
+                "{guess}problem keys are those of [tune] (`exact` values and `nearest`); a kernel without [tune] lists them in [launch]: problem = [\"{name}\"]"
+            ),
+        ));
+    }
+    Ok(())
 }
 
 const ARGS_HINT: &str = "each parameter is \"pass\" (the caller's argument), { value = \"EXPR\" } (an integer kart computes), or { tensormap = \"f16\", shape = [...], tile = [...], swizzle = 128 } (a tensor map kart makes over the caller's pointer)";

@@ -63,6 +63,21 @@ pub struct Project {
     pub remote: Option<RemoteConfig>,
     /// Kernels sorted by name.
     pub kernels: Vec<Kernel>,
+    /// Kernels whose `kernel.toml` or sources could not be read: commands about other
+    /// kernels go on without them, and their `kart.lock` records are kept as they are.
+    pub broken: Vec<BrokenKernel>,
+}
+
+/// A kernel that could not be loaded, with why.
+#[derive(Clone, Debug)]
+pub struct BrokenKernel {
+    /// The `name` its kernel.toml gives when that much can be read, else its folder's
+    /// name.
+    pub name: String,
+    /// Its `kernel.toml`, relative to the project root.
+    pub manifest: PathBuf,
+    /// What is wrong, pointing at the line to fix.
+    pub error: Error,
 }
 
 impl Project {
@@ -146,7 +161,8 @@ impl Project {
         let libraries = project_libraries(&file, &root, &raw.library)?;
         let nvcc_release = raw.toolchain.and_then(|t| t.nvcc);
 
-        let mut kernels = Vec::new();
+        let mut kernels: Vec<Kernel> = Vec::new();
+        let mut broken = Vec::new();
         let abs_kernels = root.join(&kernels_dir);
         if abs_kernels.is_dir() {
             let mut dirs: Vec<PathBuf> = std::fs::read_dir(&abs_kernels)
@@ -157,26 +173,61 @@ impl Project {
             dirs.sort();
             for dir in dirs {
                 let rel = dir.strip_prefix(&root).unwrap_or(&dir).to_path_buf();
-                kernels.push(load_kernel(&root, &rel, &targets, &libraries)?);
+                match load_kernel(&root, &rel, &targets, &libraries) {
+                    Ok(kernel) => kernels.push(kernel),
+                    Err(error) => broken.push(BrokenKernel {
+                        name: declared_name(&root, &rel),
+                        manifest: rel.join(KERNEL_FILE),
+                        error,
+                    }),
+                }
             }
         }
         kernels.sort_by(|a, b| a.name.cmp(&b.name));
-        for pair in kernels.windows(2) {
-            if pair[0].name == pair[1].name {
-                return Err(Error::InvalidFile {
-                    path: pair[1].manifest.clone(),
-                    line: 1,
-                    column: 1,
-                    message: format!(
-                        "kernel name `{}` is also used by `{}`",
-                        pair[1].name,
-                        pair[0].manifest.display()
-                    ),
-                    hint: Some("give every kernel a unique `name`".into()),
+        // A name used twice: the second kernel (in path order) is the broken one.
+        let mut seen: BTreeMap<String, PathBuf> = BTreeMap::new();
+        let mut unique = Vec::with_capacity(kernels.len());
+        let mut by_path: Vec<Kernel> = kernels;
+        by_path.sort_by(|a, b| a.manifest.cmp(&b.manifest));
+        for kernel in by_path {
+            if let Some(first) = seen.get(&kernel.name) {
+                broken.push(BrokenKernel {
+                    name: kernel.name.clone(),
+                    manifest: kernel.manifest.clone(),
+                    error: Error::InvalidFile {
+                        path: kernel.manifest.clone(),
+                        line: 1,
+                        column: 1,
+                        message: format!(
+                            "kernel name `{}` is also used by `{}`",
+                            kernel.name,
+                            first.display()
+                        ),
+                        hint: Some("give every kernel a unique `name`".into()),
+                    },
                 });
+            } else {
+                seen.insert(kernel.name.clone(), kernel.manifest.clone());
+                unique.push(kernel);
             }
         }
-        check_variants(&kernels)?;
+        let mut kernels = unique;
+        kernels.sort_by(|a, b| a.name.cmp(&b.name));
+        // A variant that does not match its base (or whose base is broken) is broken.
+        let failing: Vec<(usize, Error)> = kernels
+            .iter()
+            .enumerate()
+            .filter_map(|(i, k)| check_variant(k, &kernels, &broken).err().map(|e| (i, e)))
+            .collect();
+        for (i, error) in failing.into_iter().rev() {
+            let kernel = kernels.remove(i);
+            broken.push(BrokenKernel {
+                name: kernel.name,
+                manifest: kernel.manifest,
+                error,
+            });
+        }
+        broken.sort_by(|a, b| a.manifest.cmp(&b.manifest));
         Ok(Project {
             root,
             kernels_dir,
@@ -187,6 +238,18 @@ impl Project {
             libraries,
             remote,
             kernels,
+            broken,
+        })
+    }
+
+    /// The broken kernel named `name` (by its `name`, or its folder's), if any.
+    pub fn broken_kernel(&self, name: &str) -> Option<&BrokenKernel> {
+        self.broken.iter().find(|b| {
+            b.name == name
+                || b.manifest
+                    .parent()
+                    .and_then(|d| d.file_name())
+                    .is_some_and(|d| d == name)
         })
     }
 
@@ -208,11 +271,22 @@ impl Project {
 
     /// The kernel named `name`, or a usage error listing the kernels that exist.
     pub fn kernel(&self, name: &str) -> Result<&Kernel> {
+        if let Some(broken) = self.broken_kernel(name)
+            && !self.kernels.iter().any(|k| k.name == name)
+        {
+            return Err(broken.error.clone());
+        }
         self.kernels.iter().find(|k| k.name == name).ok_or_else(|| {
             let names: Vec<&str> = self.kernels.iter().map(|k| k.name.as_str()).collect();
+            let listed = format!("kernels in this project: {}", names.join(", "));
             Error::usage(
                 format!("no kernel named `{name}`"),
-                Some(format!("kernels in this project: {}", names.join(", "))),
+                Some(
+                    match crate::suggest::did_you_mean(name, names.iter().copied()) {
+                        Some(guess) => format!("{guess} ({listed})"),
+                        None => listed,
+                    },
+                ),
             )
         })
     }
@@ -319,40 +393,70 @@ fn project_libraries(
     Ok(out)
 }
 
-/// Every `variant_of` names a kernel that is no variant itself, and the variant is
-/// called as its base is: the same entries with the same call signatures, the same
-/// tuning problem.
-fn check_variants(kernels: &[Kernel]) -> Result<()> {
-    for k in kernels {
-        let Some(v) = &k.variant_of else { continue };
-        let fail = |message: String, hint: String| Error::InvalidFile {
-            path: k.manifest.clone(),
-            line: v.line,
-            column: v.column,
-            message,
-            hint: Some(hint),
-        };
-        let Some(base) = kernels.iter().find(|b| b.name == v.base) else {
-            let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+/// The `name` a kernel.toml that fails to load gives, if it is readable TOML with a
+/// string `name` that is a C identifier; else its folder's name.
+fn declared_name(root: &Path, dir: &Path) -> String {
+    let folder = dir
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    std::fs::read_to_string(root.join(dir).join(KERNEL_FILE))
+        .ok()
+        .and_then(|text| text.parse::<toml::Table>().ok())
+        .and_then(|table| match table.get("name") {
+            Some(toml::Value::String(name)) if kart_runtime::untrusted::is_c_identifier(name) => {
+                Some(name.clone())
+            }
+            _ => None,
+        })
+        .unwrap_or(folder)
+}
+
+/// A `variant_of` names a kernel that is no variant itself, and the variant is called
+/// as its base is: the same entries with the same call signatures, the same tuning
+/// problem.
+fn check_variant(k: &Kernel, kernels: &[Kernel], broken: &[BrokenKernel]) -> Result<()> {
+    let Some(v) = &k.variant_of else {
+        return Ok(());
+    };
+    let fail = |message: String, hint: String| Error::InvalidFile {
+        path: k.manifest.clone(),
+        line: v.line,
+        column: v.column,
+        message,
+        hint: Some(hint),
+    };
+    let Some(base) = kernels.iter().find(|b| b.name == v.base) else {
+        if let Some(b) = broken.iter().find(|b| b.name == v.base) {
             return Err(fail(
                 format!(
-                    "`variant_of` names `{}`, which is not a kernel of this project",
-                    v.base
+                    "`variant_of` names `{}`, whose {} has an error",
+                    v.base,
+                    b.manifest.display()
                 ),
-                format!("kernels: {}", names.join(", ")),
-            ));
-        };
-        if base.name == k.name || base.variant_of.is_some() {
-            return Err(fail(
-                format!(
-                    "`variant_of` names `{}`, which is itself a variant (or this kernel)",
-                    v.base
-                ),
-                "name the base kernel: variants form one level".into(),
+                format!("fix `{}` first: {}", v.base, b.error),
             ));
         }
-        if base.entry != k.entry {
-            return Err(fail(
+        let names: Vec<&str> = kernels.iter().map(|k| k.name.as_str()).collect();
+        return Err(fail(
+            format!(
+                "`variant_of` names `{}`, which is not a kernel of this project",
+                v.base
+            ),
+            format!("kernels: {}", names.join(", ")),
+        ));
+    };
+    if base.name == k.name || base.variant_of.is_some() {
+        return Err(fail(
+            format!(
+                "`variant_of` names `{}`, which is itself a variant (or this kernel)",
+                v.base
+            ),
+            "name the base kernel: variants form one level".into(),
+        ));
+    }
+    if base.entry != k.entry {
+        return Err(fail(
                 format!(
                     "a variant has its base's entries; `{}` has [{}], `{}` has [{}]",
                     base.name,
@@ -362,32 +466,32 @@ fn check_variants(kernels: &[Kernel]) -> Result<()> {
                 ),
                 "give the variant's functions the base's names (a template entry is found by its template's name)".into(),
             ));
-        }
-        let call = |kernel: &Kernel, entry: &str| {
-            kernel.signature.get(entry).map(|sig| {
-                let args = kernel
-                    .launch
-                    .as_ref()
-                    .and_then(|l| l.args.get(entry))
-                    .map(Vec::as_slice);
-                crate::call::call_signature(sig, args)
-            })
-        };
-        for entry in &k.entry {
-            let (theirs, ours) = (call(base, entry), call(k, entry));
-            if theirs.is_none() || theirs != ours {
-                let show = |c: Option<Vec<crate::signature::ParamKind>>| {
-                    c.map_or("no [signature]".into(), |c| {
-                        format!(
-                            "[{}]",
-                            c.iter()
-                                .map(|k| k.to_string())
-                                .collect::<Vec<_>>()
-                                .join(", ")
-                        )
-                    })
-                };
-                return Err(fail(
+    }
+    let call = |kernel: &Kernel, entry: &str| {
+        kernel.signature.get(entry).map(|sig| {
+            let args = kernel
+                .launch
+                .as_ref()
+                .and_then(|l| l.args.get(entry))
+                .map(Vec::as_slice);
+            crate::call::call_signature(sig, args)
+        })
+    };
+    for entry in &k.entry {
+        let (theirs, ours) = (call(base, entry), call(k, entry));
+        if theirs.is_none() || theirs != ours {
+            let show = |c: Option<Vec<crate::signature::ParamKind>>| {
+                c.map_or("no [signature]".into(), |c| {
+                    format!(
+                        "[{}]",
+                        c.iter()
+                            .map(|k| k.to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+            };
+            return Err(fail(
                     format!(
                         "`{entry}` is called with {} in `{}` but {} in `{}`",
                         show(theirs),
@@ -397,23 +501,22 @@ fn check_variants(kernels: &[Kernel]) -> Result<()> {
                     ),
                     "declare [signature] in both, and make the difference in [launch.args] (tensor maps from pointers, values from the problem)".into(),
                 ));
-            }
         }
-        let problem = |kernel: &Kernel| {
-            kernel.tune.as_ref().map(|t| {
-                let exact: std::collections::BTreeSet<String> = t.exact.values().cloned().collect();
-                (exact, t.nearest.clone())
-            })
-        };
-        if problem(base) != problem(k) {
-            return Err(fail(
-                format!(
-                    "`{}` and its variant `{}` describe the tuning problem differently ([tune] exact keys and nearest)",
-                    base.name, k.name
-                ),
-                "use the same problem keys in both [tune] tables".into(),
-            ));
-        }
+    }
+    let problem = |kernel: &Kernel| {
+        kernel.tune.as_ref().map(|t| {
+            let exact: std::collections::BTreeSet<String> = t.exact.values().cloned().collect();
+            (exact, t.nearest.clone())
+        })
+    };
+    if problem(base) != problem(k) {
+        return Err(fail(
+            format!(
+                "`{}` and its variant `{}` describe the tuning problem differently ([tune] exact keys and nearest)",
+                base.name, k.name
+            ),
+            "use the same problem keys in both [tune] tables".into(),
+        ));
     }
     Ok(())
 }

@@ -24,4 +24,4 @@ mod raw;
 
 pub use kernel::{Kernel, ParamMacros, VariantOf};
 pub use kernel_toml::KERNEL_FILE;
-pub use manifest::{PROJECT_FILE, Project, RemoteConfig};
+pub use manifest::{BrokenKernel, PROJECT_FILE, Project, RemoteConfig};

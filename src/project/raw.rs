@@ -173,6 +173,9 @@ pub(super) struct RawLaunch {
     pub(super) shared_mem: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) args: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<toml::Value>>>>,
+    /// The problem's keys, for a kernel without `[tune]` (whose keys they are).
+    #[serde(default)]
+    pub(super) problem: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

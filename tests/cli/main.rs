@@ -514,7 +514,7 @@ fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
     p.write(
         "kernels/grid/kernel.toml",
         &format!(
-            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\ndefault = {{ A = 1, B = 16 }}\n[derived]\nWAYS = \"A + 1\"\n[launch]\ngrid = [\"cdiv(N, B)\", \"WAYS\"]\nblock = [\"B\"]\nshared_mem = \"B * 4\"\n[signature]\ngrid = [\"ptr\", \"i32\"]\n{GRID}"
+            "name = \"grid\"\nsources = [\"grid.cu\"]\nentry = [\"grid\"]\ndefault = {{ A = 1, B = 16 }}\n[derived]\nWAYS = \"A + 1\"\n[launch]\ngrid = [\"cdiv(N, B)\", \"WAYS\"]\nblock = [\"B\"]\nproblem = [\"N\"]\nshared_mem = \"B * 4\"\n[signature]\ngrid = [\"ptr\", \"i32\"]\n{GRID}"
         ),
     );
     p.ok(&["build"]);
@@ -837,10 +837,15 @@ fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
             .all(|r| r["derived"]["ROWS"].is_number())
     );
     let out = p.ok(&["ls"]);
+    assert!(stdout(&out).contains("BM=64,WARPS=4 "), "{}", stdout(&out));
+    // --wide: a column per param and derived param.
+    let wide = stdout(&p.ok(&["ls", "--wide"]));
+    let header: Vec<&str> = wide.lines().next().unwrap().split_whitespace().collect();
+    assert_eq!(&header[..4], ["KERNEL", "BM", "WARPS", "ROWS"], "{wide}");
     assert!(
-        stdout(&out).contains("BM=64,WARPS=4; ROWS=16"),
-        "{}",
-        stdout(&out)
+        wide.lines()
+            .any(|l| l.split_whitespace().take(4).eq(["tile", "64", "4", "16"])),
+        "{wide}"
     );
     let out = p.ok(&["explain", "tile", "-p", "BM=64", "-p", "WARPS=2"]);
     assert!(

@@ -96,7 +96,7 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "kernels/k/kernel.toml",
         "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\nflagz = []\n",
         "kernel.toml:4:",
-        "unknown field",
+        "unknown key `flagz`\nhint: did you mean `flags`?",
     ),
     (
         "wrong type",
@@ -250,7 +250,7 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "kart.toml",
         "[project]\ntargets = [\"sm_90\"]\ncolour = 1\n",
         "kart.toml:3:",
-        "unknown field",
+        "unknown key `colour`\nhint: remove or correct it; keys here:",
     ),
     (
         "project empty targets",
@@ -292,7 +292,7 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "kart.lock",
         "version = 1\nextra = true\n",
         "kart.lock:2:",
-        "unknown field",
+        "unknown key `extra`",
     ),
     (
         "lock from the future",
@@ -447,6 +447,20 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[signature]\nk = [\"i32\"]\n[launch]\ngrid = [\"1\"]\nblock = [\"1\"]\n[launch.args]\nk = [{ value = \"N +\" }]\n",
         "kernel.toml:10:",
         "value = \"N +\"",
+    ),
+    (
+        "launch name neither a param nor a problem key",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nBM = [64]\n[launch]\ngrid = [\"cdiv(N, BM * BK)\"]\nblock = [\"BM\"]\nproblem = [\"N\"]\n",
+        "kernel.toml:7:23:",
+        "uses `BK`, which is neither a param, a derived param, `SMS` nor a problem key\nhint: did you mean `BM`?",
+    ),
+    (
+        "launch problem key that is a param",
+        "kernels/k/kernel.toml",
+        "name = \"k\"\nsources = [\"k.cu\"]\nentry = [\"k\"]\n[params]\nBM = [64]\n[launch]\ngrid = [\"BM\"]\nblock = [\"BM\"]\nproblem = [\"BM\"]\n",
+        "kernel.toml:9:",
+        "problem key `BM` is also a param",
     ),
     (
         "variant of an unknown kernel",

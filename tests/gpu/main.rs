@@ -80,7 +80,7 @@ impl Fixture {
         w("kernels/smem/smem.cu", SMEM_CU);
         w(
             "kernels/smem/kernel.toml",
-            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n[signature]\nbig_smem = [\"ptr\", \"ptr\", \"i32\"]\n[launch]\ngrid = [\"min(cdiv(N, 16384), SMS)\"]\nblock = [\"256\"]\nshared_mem = \"65536\"\n",
+            "name = \"smem\"\nsources = [\"smem.cu\"]\nentry = [\"big_smem\"]\ntargets = [\"sm_90\"]\n[signature]\nbig_smem = [\"ptr\", \"ptr\", \"i32\"]\n[launch]\ngrid = [\"min(cdiv(N, 16384), SMS)\"]\nblock = [\"256\"]\nproblem = [\"N\"]\nshared_mem = \"65536\"\n",
         );
         w("kernels/affine/affine.cu", AFFINE_CU);
         w(

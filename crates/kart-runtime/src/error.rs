@@ -96,9 +96,11 @@ pub enum Error {
         message: String,
     },
     /// One or more compile jobs failed; each was reported as it failed.
-    #[error("{} of {total} artifacts failed to build (kart.lock was left as it was; what compiled is in the store):\n{}", failed.len(), failed.join("\n"))]
+    #[error("{count} of {total} artifacts failed to build (kart.lock was left as it was; what compiled is in the store):\n{}", failed.join("\n"))]
     BuildFailed {
-        /// One line per failed artifact.
+        /// How many artifacts failed.
+        count: usize,
+        /// One line per distinct error, with the artifacts it hit.
         failed: Vec<String>,
         /// How many artifacts the build had to produce.
         total: usize,
@@ -214,6 +216,92 @@ impl Error {
         Error::Environment {
             message: message.into(),
             hint: Some(hint.into()),
+        }
+    }
+}
+
+/// A copy for reporting the same error again (a broken kernel's error, kept while
+/// commands about other kernels go on). The operating system's error is copied as its
+/// kind and message.
+impl Clone for Error {
+    fn clone(&self) -> Self {
+        match self {
+            Error::InvalidFile {
+                path,
+                line,
+                column,
+                message,
+                hint,
+            } => Error::InvalidFile {
+                path: path.clone(),
+                line: *line,
+                column: *column,
+                message: message.clone(),
+                hint: hint.clone(),
+            },
+            Error::Usage { message, hint } => Error::Usage {
+                message: message.clone(),
+                hint: hint.clone(),
+            },
+            Error::Environment { message, hint } => Error::Environment {
+                message: message.clone(),
+                hint: hint.clone(),
+            },
+            Error::Remote {
+                url,
+                message,
+                failure,
+                hint,
+            } => Error::Remote {
+                url: url.clone(),
+                message: message.clone(),
+                failure: *failure,
+                hint: hint.clone(),
+            },
+            Error::Io {
+                action,
+                path,
+                source,
+            } => Error::Io {
+                action,
+                path: path.clone(),
+                source: std::io::Error::new(source.kind(), source.to_string()),
+            },
+            Error::CorruptBlob {
+                digest,
+                actual,
+                path,
+            } => Error::CorruptBlob {
+                digest: digest.clone(),
+                actual: actual.clone(),
+                path: path.clone(),
+            },
+            Error::CorruptEntry { path, message } => Error::CorruptEntry {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            Error::BuildFailed {
+                count,
+                failed,
+                total,
+            } => Error::BuildFailed {
+                count: *count,
+                failed: failed.clone(),
+                total: *total,
+            },
+            Error::CheckFailed { message, hint } => Error::CheckFailed {
+                message: message.clone(),
+                hint: hint.clone(),
+            },
+            Error::StoreBusy { path } => Error::StoreBusy { path: path.clone() },
+            Error::Driver { call, message } => Error::Driver {
+                call,
+                message: message.clone(),
+            },
+            Error::NotLoadable { message, hint } => Error::NotLoadable {
+                message: message.clone(),
+                hint: hint.clone(),
+            },
         }
     }
 }

@@ -32,6 +32,7 @@ pub mod resolve;
 pub mod runtime;
 pub mod signature;
 pub mod store;
+pub mod suggest;
 pub mod target;
 pub mod text;
 pub mod tune;

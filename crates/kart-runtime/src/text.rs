@@ -31,6 +31,20 @@ pub fn read_text(path: &Path) -> Result<String> {
     })
 }
 
+/// serde's "unknown field `x`, expected one of `a`, `b`" (or "expected `a`"): the
+/// unknown name and the expected ones.
+fn unknown_field(message: &str) -> Option<(&str, Vec<&str>)> {
+    let rest = message.strip_prefix("unknown field `")?;
+    let (unknown, rest) = rest.split_once('`')?;
+    let expected = rest
+        .split('`')
+        .skip(1)
+        .step_by(2)
+        .filter(|name| !name.is_empty())
+        .collect();
+    Some((unknown, expected))
+}
+
 /// A manifest's text with its (display) path, for errors that point into it.
 pub struct SourceFile<'a> {
     /// Its path as errors show it.
@@ -75,12 +89,18 @@ impl SourceFile<'_> {
         toml::from_str(self.text).map_err(|e| {
             let span = e.span().unwrap_or(0..0);
             let message = e.message().trim().to_string();
-            let hint = if message.contains("unknown field") {
-                "remove or correct the key; see the file formats in README.md"
-            } else {
-                "fix the TOML; see the file formats in README.md"
-            };
-            self.error(span, message, hint)
+            if let Some((unknown, expected)) = unknown_field(&message) {
+                let hint = match crate::suggest::did_you_mean(unknown, expected.iter().copied()) {
+                    Some(guess) => format!("{guess} (keys here: {})", expected.join(", ")),
+                    None => format!("remove or correct it; keys here: {}", expected.join(", ")),
+                };
+                return self.error(span, format!("unknown key `{unknown}`"), hint);
+            }
+            self.error(
+                span,
+                message,
+                "fix the TOML; see the file formats in README.md",
+            )
         })
     }
 

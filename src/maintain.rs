@@ -258,10 +258,11 @@ fn no_match(
     in_kernels: &dyn Fn(&LockedArtifact) -> bool,
     wanted: &std::collections::BTreeMap<String, crate::model::ParamValue>,
 ) -> Error {
-    let mut values: std::collections::BTreeMap<&str, BTreeSet<String>> = Default::default();
+    let mut values: std::collections::BTreeMap<&str, BTreeSet<&crate::model::ParamValue>> =
+        Default::default();
     for a in artifacts.iter().filter(|a| in_kernels(a)) {
         for (name, value) in &a.config.0 {
-            values.entry(name).or_default().insert(value.to_string());
+            values.entry(name).or_default().insert(value);
         }
     }
     let lines: Vec<String> = wanted
@@ -269,7 +270,10 @@ fn no_match(
         .map(|name| match values.get(name.as_str()) {
             Some(v) => format!(
                 "{name}: {}",
-                v.iter().cloned().collect::<Vec<_>>().join(", ")
+                v.iter()
+                    .map(ToString::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
             ),
             None => format!(
                 "{name}: not a param of the listed kernels{}",

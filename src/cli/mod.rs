@@ -444,11 +444,20 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
         _ => LockMode::Shared,
     };
     let ws = Workspace::open(project, mode, Duration::from_secs(cli.lock_timeout))?;
-    let code = run_command(cli, ws)?;
-    if broken.is_empty() || code != ExitCode::SUCCESS {
-        return Ok(code);
+    let result = run_command(cli, ws);
+    if broken.is_empty() {
+        return result;
     }
-    report_broken(&broken)
+    match result {
+        Ok(ExitCode::SUCCESS) => report_broken(&broken),
+        // The command failed too: the broken kernels first, they may be why.
+        other => {
+            for b in &broken {
+                print_error(&b.error);
+            }
+            other
+        }
+    }
 }
 
 /// Runs a command that needs the project's store.

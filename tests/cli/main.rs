@@ -11,6 +11,7 @@ mod remote;
 mod templates;
 mod toolchain;
 mod trust;
+mod usability;
 mod variants;
 
 use std::time::{Duration, Instant};

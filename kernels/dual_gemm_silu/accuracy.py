@@ -1,7 +1,7 @@
 """Accuracy of every config of the fused FP8 dual GEMM + SiLU on the long-K shapes,
 against float64 and cuBLAS on the same inputs (what promotion into fp32 buys):
 
-    python3 bench/dual_gemm_accuracy.py dual_gemm_kernels.py
+    python3 kernels/dual_gemm_silu/accuracy.py dual_gemm_kernels.py
 """
 import importlib.util
 import os
@@ -9,7 +9,7 @@ import sys
 
 import torch
 
-EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "examples", "python", "dual_gemm")
+EXAMPLE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "examples", "python", "dual_gemm")
 
 
 def main(module_path):

@@ -1,6 +1,6 @@
 """The fused FP8 dual GEMM + SiLU against the team's version, in one process:
 
-    python3 bench/dual_gemm_silu.py dual_gemm_kernels.py
+    python3 kernels/dual_gemm_silu/bench.py dual_gemm_kernels.py
 
 (the module `kart export --python -o dual_gemm_kernels.py dual_gemm_silu --all-configs`
 wrote, with the tuning records). For each benchmark shape both run as CUDA graphs (the
@@ -19,7 +19,7 @@ import sys
 import torch
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-EXAMPLE = os.path.join(HERE, "..", "examples", "python", "dual_gemm")
+EXAMPLE = os.path.join(HERE, "..", "..", "examples", "python", "dual_gemm")
 # Dense FP8 tensor-core peak of the SXM parts (NVIDIA's data sheets), TFLOP/s.
 FP8_PEAK = {"H100": 1979.0, "H200": 1979.0}
 

@@ -7,18 +7,18 @@ hdr > $OUT/fa-check.log; .gpu/bin/flash_attn check >> $OUT/fa-check.log 2>&1; ta
 hdr > $OUT/fa-tune.log; .gpu/bin/flash_attn tune >> $OUT/fa-tune.log 2>&1; tail -2 $OUT/fa-tune.log
 hdr > $OUT/fa-demo.log; .gpu/bin/flash_attn demo >> $OUT/fa-demo.log 2>&1; tail -2 $OUT/fa-demo.log
 cp kart.tune kart.attest $OUT/
-hdr > $OUT/fa-bench.log; echo "command: python3 bench/flash_attn_hopper.py bench .gpu/fa.py --runs 30" >> $OUT/fa-bench.log
+hdr > $OUT/fa-bench.log; echo "command: python3 kernels/flash_attn_hopper/bench.py bench .gpu/fa.py --runs 30" >> $OUT/fa-bench.log
 .gpu/bin/kart export --python -o .gpu/fa.py flash_attn --all-configs --target sm_90 --target sm_90a >> $OUT/fa-bench.log 2>&1
-python3 bench/flash_attn_hopper.py bench .gpu/fa.py --runs 30 >> $OUT/fa-bench.log 2>&1; tail -3 $OUT/fa-bench.log
+python3 kernels/flash_attn_hopper/bench.py bench .gpu/fa.py --runs 30 >> $OUT/fa-bench.log 2>&1; tail -3 $OUT/fa-bench.log
 hdr > $OUT/fa-ncu-rows.log
 S="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnalysis --section Occupancy"
 while read problem config; do
   echo "===== row $problem hopper $config" >> $OUT/fa-ncu-rows.log
   timeout 100 ncu --clock-control none --kernel-name regex:kart_flash_attn_fwd --launch-skip 2 --launch-count 1 $S \
-    python3 bench/flash_attn_hopper.py run .gpu/fa.py --config $config --problem $problem --runs 3 < /dev/null >> $OUT/fa-ncu-rows.log 2>&1
+    python3 kernels/flash_attn_hopper/bench.py run .gpu/fa.py --config $config --problem $problem --runs 3 < /dev/null >> $OUT/fa-ncu-rows.log 2>&1
   echo "===== row $problem cuDNN" >> $OUT/fa-ncu-rows.log
   timeout 100 ncu --clock-control none --launch-skip 2 --launch-count 1 $S \
-    python3 bench/flash_attn_hopper.py run .gpu/fa.py --backend CUDNN_ATTENTION --problem $problem --runs 3 < /dev/null >> $OUT/fa-ncu-rows.log 2>&1
+    python3 kernels/flash_attn_hopper/bench.py run .gpu/fa.py --backend CUDNN_ATTENTION --problem $problem --runs 3 < /dev/null >> $OUT/fa-ncu-rows.log 2>&1
 done <<'ROWS'
 32,32,512,64,0 BLOCK_N=128,CARRY=0,CONSUMERS=3,PINGPONG=1,PIPELINE=1,STAGES=3,TREE=0,WIDE=0
 32,32,512,64,1 BLOCK_N=128,CARRY=1,CONSUMERS=2,PINGPONG=1,PIPELINE=1,STAGES=3,TREE=1,WIDE=0

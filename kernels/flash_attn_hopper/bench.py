@@ -4,15 +4,15 @@ kernel (kernels/flash_attn_hopper: wgmma + TMA, sm_90a) and the mma.sync kernel
 the problem; kart makes the Hopper kernel's tensor maps):
 
     kart export --python -o fa.py flash_attn --all-configs --target sm_90 --target sm_90a
-    python3 bench/flash_attn_hopper.py check fa.py
-    python3 bench/flash_attn_hopper.py bench fa.py [--runs 30] [--by TREE,CARRY]
-    python3 bench/flash_attn_hopper.py run fa.py --config BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1 \
+    python3 kernels/flash_attn_hopper/bench.py check fa.py
+    python3 kernels/flash_attn_hopper/bench.py bench fa.py [--runs 30] [--by TREE,CARRY]
+    python3 kernels/flash_attn_hopper/bench.py run fa.py --config BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1 \
         --problem 32,32,512,128,1 --runs 3    # one Hopper config, for a profiler
-    python3 bench/flash_attn_hopper.py run fa.py --backend CUDNN_ATTENTION --problem 32,32,512,128,1 --runs 3
+    python3 kernels/flash_attn_hopper/bench.py run fa.py --backend CUDNN_ATTENTION --problem 32,32,512,128,1 --runs 3
 
 `check`: every config of both kernels on seq in {1, 17, 128, 500, 512, 2048} (batch x
 heads = 3), its head dim and causality, output poisoned with NaN first, against
-float64 attention; relative L2 error below 2e-3 (the limit of examples/flash_attn.rs).
+float64 attention; relative L2 error below 2e-3 (the limit of kernels/flash_attn/program.rs).
 `bench`: per row (B x H in {32x32, 8x16, 1x8}, D in {64, 128}, causal or not, S = 512,
 and S = 2048 rows) every config of both kernels with that D and causality is timed
 (median of --runs) and each kernel's fastest kept, beside `best("flash_attn")`'s pick

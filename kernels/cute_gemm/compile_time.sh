@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # What a CuTe kernel costs to compile, and what its headers cost a no-op build. Run
 # from the repository root after `scripts/setup && target/release/kart build`:
-#   bench/cute_gemm_compile.sh
+#   kernels/cute_gemm/compile_time.sh
 # 1. nvcc's wall time per config of kernels/cute_gemm (a template entry over 10 configs,
 #    CUTLASS/CuTe headers), one compile at a time, in a fresh project with an empty
 #    store (the CUTLASS include folder copied in as a vendored `path` library).
@@ -11,7 +11,7 @@ set -euo pipefail
 kart=$(realpath target/release/kart)
 export KART_NVCC=${KART_NVCC:-$PWD/.toolchain/py/nvidia/cu13/bin/nvcc}
 include=$("$kart" toolchain path cutlass)/cutlass_library/source/include
-source "$(dirname "$0")/median_ms.sh"
+source "$(dirname "$0")/../../bench/median_ms.sh"
 echo "kart $(git rev-parse --short HEAD), $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs)"
 echo "headers: $(find "$include" -type f | wc -l) files, $(du -sm "$include" | cut -f1) MB"
 tmp=$(mktemp -d)

@@ -20,7 +20,7 @@ use kart::model::Problem;
 use kart::runtime::tma::{Swizzle, TensorMap, TmaType};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
 
-#[path = "common/gemm_program.rs"]
+#[path = "../gemm_program.rs"]
 mod program;
 use program::{Gemm, Res, Shape, param, problem, shape};
 

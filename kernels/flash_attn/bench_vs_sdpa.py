@@ -8,7 +8,7 @@ between CUDA events after the L2 is flushed (a 256 MB buffer is zeroed); medians
 --runs; TFLOP/s counted as 4*B*H*S^2*D (halved when causal). kart's output is checked
 against SDPA's math backend in float32 first. Prints figures; asserts nothing.
 
-    python3 bench/flash_attn_vs_sdpa.py --module flash_kernels.py [--runs 50]
+    python3 kernels/flash_attn/bench_vs_sdpa.py --module flash_kernels.py [--runs 50]
 """
 import argparse
 import importlib.util

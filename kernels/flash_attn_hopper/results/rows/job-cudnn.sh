@@ -7,6 +7,6 @@ S="--section SpeedOfLight --section WarpStateStats --section ComputeWorkloadAnal
 for problem in 32,32,512,64,0 32,32,512,64,1 32,32,512,128,0 32,32,512,128,1 8,16,512,64,0 8,16,512,64,1 8,16,512,128,0 8,16,512,128,1; do
   echo "===== row $problem cuDNN" >> $OUT/cudnn-ncu-rows.log
   timeout 100 ncu --clock-control none --kernel-name regex:'sdpa|fmha|attn|flash|fprop|cudnn' --launch-skip 2 --launch-count 1 $S \
-    python3 bench/flash_attn_hopper.py run .gpu/fa.py --backend CUDNN_ATTENTION --problem $problem --runs 3 < /dev/null >> $OUT/cudnn-ncu-rows.log 2>&1
+    python3 kernels/flash_attn_hopper/bench.py run .gpu/fa.py --backend CUDNN_ATTENTION --problem $problem --runs 3 < /dev/null >> $OUT/cudnn-ncu-rows.log 2>&1
 done
 grep -E "^=====|^  [a-z_A-Z].*\(|Duration|Compute \(SM\) Th|Issue Slots Busy|DRAM Throughput|L2 Cache Throughput|highest-utilized|Achieved Occupancy|No kernels" $OUT/cudnn-ncu-rows.log | cut -c1-200 | head -80

@@ -6,6 +6,6 @@ hdr > $OUT/fa-check.log; .gpu/bin/flash_attn check >> $OUT/fa-check.log 2>&1; ta
 hdr > $OUT/fa-tune.log; .gpu/bin/flash_attn tune >> $OUT/fa-tune.log 2>&1; tail -2 $OUT/fa-tune.log
 hdr > $OUT/fa-demo.log; .gpu/bin/flash_attn demo >> $OUT/fa-demo.log 2>&1; tail -2 $OUT/fa-demo.log
 cp kart.tune kart.attest $OUT/
-hdr > $OUT/fa-bench.log; echo "command: python3 bench/flash_attn_hopper.py bench .gpu/fa.py --runs 30" >> $OUT/fa-bench.log
+hdr > $OUT/fa-bench.log; echo "command: python3 kernels/flash_attn_hopper/bench.py bench .gpu/fa.py --runs 30" >> $OUT/fa-bench.log
 .gpu/bin/kart export --python -o .gpu/fa.py flash_attn --all-configs --target sm_90 --target sm_90a >> $OUT/fa-bench.log 2>&1
-python3 bench/flash_attn_hopper.py bench .gpu/fa.py --runs 30 >> $OUT/fa-bench.log 2>&1; tail -3 $OUT/fa-bench.log
+python3 kernels/flash_attn_hopper/bench.py bench .gpu/fa.py --runs 30 >> $OUT/fa-bench.log 2>&1; tail -3 $OUT/fa-bench.log

@@ -2,12 +2,12 @@
 # Exploration: EXP (ex2.approx.ftz), OSTORE (quad-swapped 8-byte O stores), BLOCK_N 176/192.
 echo "== commit $(git rev-parse HEAD) + working tree"; nvidia-smi --query-gpu=name,driver_version,clocks.max.sm --format=csv,noheader
 .gpu/bin/kart export --python -o .gpu/fa.py flash_attn --all-configs --target sm_90 --target sm_90a 2>&1
-python3 bench/flash_attn_hopper.py check .gpu/fa.py > $OUT/fa-check.log 2>&1; tail -1 $OUT/fa-check.log
-python3 bench/flash_attn_hopper.py bench .gpu/fa.py --runs 30 --by EXP,OSTORE,BLOCK_N > $OUT/fa-bench.log 2>&1; tail -3 $OUT/fa-bench.log
+python3 kernels/flash_attn_hopper/bench.py check .gpu/fa.py > $OUT/fa-check.log 2>&1; tail -1 $OUT/fa-check.log
+python3 kernels/flash_attn_hopper/bench.py bench .gpu/fa.py --runs 30 --by EXP,OSTORE,BLOCK_N > $OUT/fa-bench.log 2>&1; tail -3 $OUT/fa-bench.log
 C=BLOCK_N=128,CONSUMERS=2,STAGES=3,PIPELINE=1,PINGPONG=1,WIDE=0,CARRY=0,EXP=1,OSTORE=1
 timeout 120 ncu --clock-control none --kernel-name regex:kart_flash_attn_fwd --launch-skip 2 --launch-count 1 \
   --section SpeedOfLight --section WarpStateStats --section SourceCounters --section ComputeWorkloadAnalysis \
-  --section MemoryWorkloadAnalysis -o $OUT/fa-stalls python3 bench/flash_attn_hopper.py run .gpu/fa.py --config $C \
+  --section MemoryWorkloadAnalysis -o $OUT/fa-stalls python3 kernels/flash_attn_hopper/bench.py run .gpu/fa.py --config $C \
   --problem 32,32,512,128,0 --runs 3 > $OUT/fa-stalls.log 2>&1
 ncu -i $OUT/fa-stalls.ncu-rep >> $OUT/fa-stalls.log 2>&1
 ncu -i $OUT/fa-stalls.ncu-rep --page source --print-source sass --csv > $OUT/fa-stalls-sass.csv 2>&1

@@ -6,7 +6,8 @@
 //! is re-exported here under the same module names ([`store`], [`runtime`], [`model`],
 //! …), so a build tool and a loader share one vocabulary. The modules of this crate,
 //! each importing only those before it (`scripts/check-layout` checks it):
-//! - [`pool`]: the one worker pool and the reporter that shows nothing;
+//! - [`pool`]: the one worker pool and the reporter that shows nothing; [`tree`]: a
+//!   folder's files and their content hash;
 //! - [`project`]: the project language, `kart.toml` and `kernel.toml` read and checked
 //!   ([`project::manifest`]), a kernel ([`project::kernel`]), its grid
 //!   ([`project::grid`]) and template entries ([`project::entry`]);
@@ -35,6 +36,7 @@ pub mod pipeline;
 pub mod pool;
 pub mod project;
 pub mod remote;
+pub mod tree;
 pub mod tune;
 
 pub use kart_runtime::{Error, Result};

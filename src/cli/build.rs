@@ -32,6 +32,7 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         entries_only: args.entries_only,
         fail_fast: args.fail_fast,
         keep_temps: args.keep_temps,
+        batch: args.batch.map(usize::from),
         ..BuildOptions::default()
     };
     if let Some(jobs) = args.jobs {

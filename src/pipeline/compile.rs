@@ -88,7 +88,7 @@ pub fn main_file(job: &CompileJob<'_>, scratch: &Path) -> PathBuf {
 }
 
 /// The generated translation unit's name in the scratch folder.
-const INSTANCES_FILE: &str = "kart_instances.cu";
+pub(crate) const INSTANCES_FILE: &str = "kart_instances.cu";
 
 /// The nvcc arguments (after the program) for a job writing into `out` and `deps`,
 /// compiling `main` (see [`main_file`]).
@@ -264,7 +264,29 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             out.display()
         ))
     })?;
-    let symbols = entry_symbols(job, &bytes, &instances)
+    finish(
+        job,
+        bytes,
+        stderr.clone(),
+        &instances,
+        outcome.elapsed,
+        &full,
+    )
+}
+
+/// The checks and facts of a compiled artifact, shared by a compile alone and one cut
+/// out of a batch: its entries' symbols, the image's own check, resources from ptxas's
+/// report, parameter sizes and the declared signatures. `full` turns a failed check
+/// into the failure to report.
+pub(crate) fn finish(
+    job: &CompileJob<'_>,
+    bytes: Vec<u8>,
+    stderr: String,
+    instances: &[(&TemplateEntry, String)],
+    elapsed: Duration,
+    full: &dyn Fn(String) -> CompileFailure,
+) -> Result<CompileOutput, CompileFailure> {
+    let symbols = entry_symbols(job, &bytes, instances)
         .map_err(|why| full(format!("nvcc's output failed its check: {why}")))?;
     let checked = match job.kind {
         ArtifactKind::Cubin => check_cubin(&bytes, job.target, &symbols).map(|_| ()),
@@ -328,7 +350,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         bytes,
         stderr,
         entries,
-        elapsed: outcome.elapsed,
+        elapsed,
     })
 }
 
@@ -418,7 +440,7 @@ fn entry_symbols(
 }
 
 /// Frames a command's output so it stands apart from kart's own messages.
-fn frame(command: &str, output: &str) -> String {
+pub(crate) fn frame(command: &str, output: &str) -> String {
     let mut s = format!("  ┌─ {command}\n");
     for line in output.trim_end().lines() {
         s.push_str("  │ ");
@@ -473,7 +495,7 @@ pub fn warnings(stderr: &str) -> Vec<&str> {
 /// file of a declared include folder or listed header library), part of the toolkit, or
 /// a system header: otherwise a change to it
 /// would not change the key and kart would serve a stale binary.
-fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), String> {
+pub(crate) fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), String> {
     let toolkit = std::fs::canonicalize(&job.toolchain.root).unwrap_or(job.toolchain.root.clone());
     let mut problems = Vec::new();
     for dep in deps {

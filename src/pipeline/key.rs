@@ -12,9 +12,9 @@ use crate::error::Result;
 use crate::model::ArtifactKind;
 use crate::model::Config;
 use crate::pipeline::toolchain::Toolchain;
-use crate::pipeline::tree::collect_files;
 use crate::project::{KERNEL_FILE, Kernel};
 use crate::target::TargetArch;
+use crate::tree::collect_files;
 
 /// Bump when anything about the key's inputs or encoding changes: every key changes
 /// with it, so every artifact is rebuilt (or fetched) once.
@@ -267,6 +267,7 @@ mod tests {
             launch: None,
             variant_of: None,
             declared_in_source: Default::default(),
+            unmentioned: Default::default(),
             kept: Default::default(),
         };
         (toolchain, kernel)

@@ -13,9 +13,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
-use crate::pipeline::tree::{collect_files, hash_tree};
 use crate::project::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
 use crate::store::fsutil::write_atomic;
+use crate::tree::{collect_files, hash_tree};
 
 /// A library's pin as the build uses it: include folder and content hash.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,6 +1,7 @@
 //! `kart build`: plan every artifact, take what the store has, compile the rest in
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
+pub mod batch;
 pub mod compile;
 pub mod explain;
 pub mod key;
@@ -8,9 +9,9 @@ pub mod library;
 mod locked;
 mod plan;
 pub mod process;
+pub mod ptx;
 pub mod smoke;
 pub mod toolchain;
-pub mod tree;
 pub mod workspace;
 
 pub use locked::explain_change;
@@ -82,6 +83,9 @@ pub struct BuildOptions {
     /// Keep a failing compile's folder (the generated unit, nvcc's command line as
     /// `nvcc.sh`, its output) under the store's `kept/` for inspection.
     pub keep_temps: bool,
+    /// Configs per front-end pass for kernels with template entries (`--batch`; 1
+    /// compiles each alone); `None`: kart chooses ([`batch::auto_size`]).
+    pub batch: Option<usize>,
 }
 
 impl Default for BuildOptions {
@@ -99,6 +103,7 @@ impl Default for BuildOptions {
             entries_only: false,
             fail_fast: false,
             keep_temps: false,
+            batch: None,
         }
     }
 }
@@ -299,32 +304,39 @@ fn compile_all(
     let stop = std::sync::atomic::AtomicBool::new(false);
     let skipped = AtomicUsize::new(0);
     let host_compiler = toolchain.host_compiler();
-    let outcomes = crate::pool::parallel_map(jobs, options.jobs, |p| {
+    let batches = batches(ws, toolchain, jobs, options);
+    let outcomes = crate::pool::parallel_map(&batches, options.jobs, |batch| {
         if stop.load(Ordering::Relaxed) {
-            skipped.fetch_add(1, Ordering::Relaxed);
-            return None;
+            skipped.fetch_add(batch.len(), Ordering::Relaxed);
+            return Vec::new();
         }
-        let name = p.describe(&ws.project);
-        match compile_one(
+        let results = compile_batch_or_each(
             ws,
             toolchain,
-            p,
-            options.timeout,
+            batch,
+            options,
             &host_compiler,
-            options.keep_temps,
-        ) {
-            Ok(elapsed) => {
-                reporter.compiled(&name, Ok(elapsed));
-                None
-            }
-            Err(failure) => {
-                if options.fail_fast {
-                    stop.store(true, Ordering::Relaxed);
+            &stop,
+            reporter,
+        );
+        let mut failed = Vec::new();
+        for (p, result) in batch.iter().zip(results) {
+            let name = p.describe(&ws.project);
+            match result {
+                None => {
+                    skipped.fetch_add(1, Ordering::Relaxed);
                 }
-                reporter.compiled(&name, Err(&failure));
-                Some((name, failure.summary))
+                Some(Ok(elapsed)) => reporter.compiled(&name, Ok(elapsed)),
+                Some(Err(failure)) => {
+                    if options.fail_fast {
+                        stop.store(true, Ordering::Relaxed);
+                    }
+                    reporter.compiled(&name, Err(&failure));
+                    failed.push((name, failure.summary));
+                }
             }
         }
+        failed
     });
     // One line per distinct error, with the artifacts it hit.
     let mut by_error: std::collections::BTreeMap<String, Vec<String>> = Default::default();
@@ -356,6 +368,132 @@ fn compile_all(
     (failed_count, failures)
 }
 
+/// The compiles to run, in the order to start them: configs that may share a
+/// front-end pass ([`batch::batch_key`]) in batches of `options.batch` (or of the size
+/// kart chooses), the rest one by one. Batches of template kernels start first: they
+/// are the slow compiles, and a build should not end on one core behind them.
+fn batches<'a>(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    jobs: &[&'a Planned],
+    options: &BuildOptions,
+) -> Vec<Vec<&'a Planned>> {
+    let mut groups: Vec<(Option<String>, Vec<&'a Planned>)> = Vec::new();
+    for p in jobs {
+        let job = CompileJob {
+            root: &ws.project.root,
+            toolchain,
+            kernel: &ws.project.kernels[p.kernel],
+            config: &p.config,
+            target: p.target,
+            kind: p.kind,
+            timeout: options.timeout,
+        };
+        let key = batch::batch_key(&job).filter(|_| options.batch != Some(1));
+        match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
+            Some((_, members)) => members.push(p),
+            None => groups.push((key, vec![p])),
+        }
+    }
+    let mut out: Vec<(bool, Vec<&'a Planned>)> = Vec::new();
+    for (key, members) in groups {
+        if key.is_none() {
+            out.extend(members.into_iter().map(|p| (false, vec![p])));
+            continue;
+        }
+        let size = options
+            .batch
+            .unwrap_or_else(|| batch::auto_size(members.len(), options.jobs))
+            .max(1);
+        out.extend(members.chunks(size).map(|c| (true, c.to_vec())));
+    }
+    // Stable: template batches first, the rest in plan order.
+    out.sort_by_key(|(template, _)| !template);
+    out.into_iter().map(|(_, b)| b).collect()
+}
+
+/// Compiles one batch: through one front-end pass when it holds several configs,
+/// falling back to each config alone if that fails. One result per member, `None` for
+/// a member not compiled because `stop` was set (`--fail-fast`).
+fn compile_batch_or_each(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    batch: &[&Planned],
+    options: &BuildOptions,
+    host_compiler: &str,
+    stop: &std::sync::atomic::AtomicBool,
+    reporter: &dyn BuildReporter,
+) -> Vec<Option<std::result::Result<Duration, CompileFailure>>> {
+    if batch.len() > 1
+        && let Ok(scratch) = ws.store.scratch_dir()
+    {
+        let jobs: Vec<CompileJob<'_>> = batch
+            .iter()
+            .map(|p| CompileJob {
+                root: &ws.project.root,
+                toolchain,
+                kernel: &ws.project.kernels[p.kernel],
+                config: &p.config,
+                target: p.target,
+                kind: p.kind,
+                timeout: options.timeout,
+            })
+            .collect();
+        for p in batch {
+            crate::failpoint::hit("build.compile", &p.key);
+        }
+        match batch::compile_batch(&jobs, scratch.path()) {
+            Ok(results) => {
+                let mut out = Vec::new();
+                for (p, result) in batch.iter().zip(results) {
+                    out.push(Some(match result {
+                        Ok(compiled) => store_output(ws, toolchain, p, compiled, host_compiler),
+                        // Cut out of the batch but failing its checks: alone, it is
+                        // reported with nvcc's own output (and kept with --keep-temps).
+                        Err(why) => {
+                            reporter.note(&format!(
+                                "{}: compiled alone: {}",
+                                p.describe(&ws.project),
+                                why.summary
+                            ));
+                            compile_one(
+                                ws,
+                                toolchain,
+                                p,
+                                options.timeout,
+                                host_compiler,
+                                options.keep_temps,
+                            )
+                        }
+                    }));
+                }
+                return out;
+            }
+            Err(why) => reporter.note(&format!(
+                "a batch of {} configs of `{}` is compiled config by config: {why}",
+                batch.len(),
+                ws.project.kernels[batch[0].kernel].name
+            )),
+        }
+    }
+    batch
+        .iter()
+        .map(|p| {
+            if stop.load(Ordering::Relaxed) {
+                return None;
+            }
+            Some(compile_one(
+                ws,
+                toolchain,
+                p,
+                options.timeout,
+                host_compiler,
+                options.keep_temps,
+            ))
+        })
+        .collect()
+}
+
 fn compile_one(
     ws: &Workspace,
     toolchain: &Toolchain,
@@ -365,12 +503,6 @@ fn compile_one(
     keep_temps: bool,
 ) -> std::result::Result<Duration, CompileFailure> {
     let kernel = &ws.project.kernels[p.kernel];
-    let store_failure = |e: Error| CompileFailure {
-        summary: format!("store: {}", e.with_causes()),
-        details: String::new(),
-        disk_full: false,
-        group: String::new(),
-    };
     let scratch = ws.store.scratch_dir().map_err(store_failure)?;
     let job = CompileJob {
         root: &ws.project.root,
@@ -398,6 +530,28 @@ fn compile_one(
         }
         Err(failure) => return Err(failure),
     };
+    store_output(ws, toolchain, p, out, host_compiler)
+}
+
+/// A failure of the store while keeping a compile's output.
+fn store_failure(e: Error) -> CompileFailure {
+    CompileFailure {
+        summary: format!("store: {}", e.with_causes()),
+        details: String::new(),
+        disk_full: false,
+        group: String::new(),
+    }
+}
+
+/// Puts a compiled artifact's blob, then its action entry, into the store.
+fn store_output(
+    ws: &Workspace,
+    toolchain: &Toolchain,
+    p: &Planned,
+    out: crate::pipeline::compile::CompileOutput,
+    host_compiler: &str,
+) -> std::result::Result<Duration, CompileFailure> {
+    let kernel = &ws.project.kernels[p.kernel];
     let digest = ws.store.put_blob(&out.bytes).map_err(store_failure)?;
     crate::failpoint::hit("build.after-blob", &p.key);
     let entry = ActionEntry {

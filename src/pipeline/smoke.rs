@@ -58,6 +58,7 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         launch: None,
         variant_of: None,
         declared_in_source: Default::default(),
+        unmentioned: Default::default(),
         kept: Default::default(),
     }
 }

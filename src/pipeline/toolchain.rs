@@ -15,8 +15,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::{Preimage, sha256_file, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::pipeline::tree::hash_tree;
 use crate::store::fsutil::write_atomic;
+use crate::tree::hash_tree;
 
 /// The command that installs the pinned toolchain into the project.
 pub const SETUP_HINT: &str = "run `kart toolchain install`: it installs the nvcc kart.toml pins";

@@ -130,35 +130,61 @@ const DECLARING_WORDS: &[&str] = &[
 /// not be passed as `-DNAME=…`. Comments and string literals are skipped.
 pub fn declared_names(source: &str, names: &[&str]) -> BTreeSet<String> {
     let code = strip_comments_and_strings(source);
-    let bytes = code.as_bytes();
     let mut found = BTreeSet::new();
     let mut previous: Option<&str> = None;
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            let word = &code[start..i];
-            if names.contains(&word) {
-                let rest = code[i..].trim_start();
-                let assigned = rest.starts_with('=') && !rest.starts_with("==");
-                let declared = previous.is_some_and(|p| DECLARING_WORDS.contains(&p));
-                if assigned || declared {
-                    found.insert(word.to_string());
-                }
-            }
-            previous = Some(word);
-        } else {
-            if !c.is_ascii_whitespace() && c != b'#' {
-                previous = None;
-            }
-            i += 1;
+    let mut last_end = 0;
+    for (start, word) in words(&code) {
+        // Only blanks (and a `#`) between two words keep the first as the one before.
+        let between = &code[last_end..start];
+        if !between.chars().all(|c| c.is_ascii_whitespace() || c == '#') {
+            previous = None;
         }
+        if names.contains(&word) {
+            let rest = code[start + word.len()..].trim_start();
+            let assigned = rest.starts_with('=') && !rest.starts_with("==");
+            let declared = previous.is_some_and(|p| DECLARING_WORDS.contains(&p));
+            if assigned || declared {
+                found.insert(word.to_string());
+            }
+        }
+        previous = Some(word);
+        last_end = start + word.len();
     }
     found
+}
+
+/// Which of `names` the C++ `source` mentions at all (comments and string literals
+/// aside): a param that no source mentions reaches nothing as a macro.
+pub fn mentioned_names(source: &str, names: &[&str]) -> BTreeSet<String> {
+    let code = strip_comments_and_strings(source);
+    words(&code)
+        .filter(|(_, w)| names.contains(w))
+        .map(|(_, w)| w.to_string())
+        .collect()
+}
+
+/// Each identifier of `text` with its byte offset (numbers with suffixes, `128u`, are
+/// not identifiers).
+fn words(text: &str) -> impl Iterator<Item = (usize, &str)> {
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    std::iter::from_fn(move || {
+        while i < bytes.len() {
+            let c = bytes[i];
+            let start = i;
+            if c.is_ascii_alphanumeric() || c == b'_' {
+                while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
+                    i += 1;
+                }
+                if !c.is_ascii_digit() {
+                    return Some((start, &text[start..i]));
+                }
+            } else {
+                i += 1;
+            }
+        }
+        None
+    })
 }
 
 /// `source` with comments and the insides of string and character literals blanked
@@ -248,7 +274,7 @@ pub fn find_symbols(
             .iter()
             .filter(|(e, _)| e.name == entry.name)
             .count();
-        let want = squash(instance);
+        let want = squash(&folded(instance));
         let exact: Vec<&&(String, Option<(String, String)>)> = candidates
             .iter()
             .filter(|(_, d)| {
@@ -317,6 +343,32 @@ fn demangle_name(symbol: &str) -> Option<(String, String)> {
     None
 }
 
+/// An instance with each template argument that is an integer expression replaced by
+/// its value (`gemm<64, 64 / 64, float>` → `gemm<64, 1, float>`), as the demangler
+/// prints it; other arguments as they are.
+fn folded(instance: &str) -> String {
+    let Some(open) = instance.find('<') else {
+        return instance.to_string();
+    };
+    let inner = instance[open + 1..]
+        .strip_suffix('>')
+        .unwrap_or(&instance[open + 1..]);
+    let Ok(args) = split_top_level(inner) else {
+        return instance.to_string();
+    };
+    let no_names = std::collections::BTreeMap::<String, i64>::new();
+    let args: Vec<String> = args
+        .iter()
+        .map(|a| {
+            kart_runtime::expr::Expr::parse(a)
+                .ok()
+                .and_then(|e| e.evaluate(&no_names).ok())
+                .map_or_else(|| a.clone(), |v| v.to_string())
+        })
+        .collect();
+    format!("{}<{}>", &instance[..open], args.join(", "))
+}
+
 fn squash(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
 }
@@ -365,27 +417,7 @@ fn split_top_level(inner: &str) -> Result<Vec<String>, String> {
 
 /// The identifiers of a C++ expression, in order.
 fn identifiers(text: &str) -> impl Iterator<Item = &str> {
-    let mut out = Vec::new();
-    let bytes = text.as_bytes();
-    let mut i = 0;
-    while i < bytes.len() {
-        let c = bytes[i];
-        if c.is_ascii_alphabetic() || c == b'_' {
-            let start = i;
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-            out.push(&text[start..i]);
-        } else if c.is_ascii_digit() {
-            // A number with its suffix (`128u`) is not an identifier.
-            while i < bytes.len() && (bytes[i].is_ascii_alphanumeric() || bytes[i] == b'_') {
-                i += 1;
-            }
-        } else {
-            i += 1;
-        }
-    }
-    out.into_iter()
+    words(text).map(|(_, w)| w)
 }
 
 /// `text` with each identifier found in `values` replaced by its value.

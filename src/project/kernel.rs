@@ -101,6 +101,11 @@ pub struct Kernel {
     /// Derived params the kernel's sources declare themselves (`constexpr uint W = …`,
     /// `#define W`): never passed as macros under `param_macros = "auto"`.
     pub declared_in_source: BTreeSet<String>,
+    /// Params and derived params that neither the kernel's sources nor the files of its
+    /// include folders mention: never passed as macros under `param_macros = "auto"`
+    /// (a macro nobody reads changes nothing but the command line, and would keep
+    /// configs from sharing one compile).
+    pub unmentioned: BTreeSet<String>,
     /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
     /// thousands of combinations is not filtered again by every later step).
     pub kept: std::sync::OnceLock<Vec<Config>>,
@@ -192,12 +197,14 @@ impl Kernel {
             ParamMacros::All => BTreeSet::new(),
             ParamMacros::None => return Vec::new(),
             // A value reaches the source once: not as a macro when a template entry
-            // takes it, nor when the source computes a derived param of that name.
+            // takes it, nor when the source computes a derived param of that name; and
+            // not at all when nothing the kernel compiles mentions it.
             ParamMacros::Auto => self
                 .templates
                 .values()
                 .flat_map(|t| t.uses(values.keys().map(String::as_str)))
                 .chain(self.declared_in_source.iter().cloned())
+                .chain(self.unmentioned.iter().cloned())
                 .collect(),
         };
         // Params first, then derived params, each in name order (as before templates).

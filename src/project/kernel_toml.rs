@@ -2,7 +2,7 @@
 //! turned into a [`Kernel`]. The grid's expressions are checked in
 //! [`super::grid_toml`], `[launch]` in [`super::launch_toml`].
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
 use kart_runtime::error::Result;
@@ -82,10 +82,11 @@ pub(super) fn load_kernel(
             }
         }),
         declared_in_source: Default::default(),
+        unmentioned: Default::default(),
         kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;
-    kernel.declared_in_source = declared_derived(&kernel, root)?;
+    (kernel.declared_in_source, kernel.unmentioned) = scan_sources(&kernel, root)?;
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
     let configs = check_grid(&file, &raw, &kernel)?;
@@ -95,18 +96,43 @@ pub(super) fn load_kernel(
     Ok(kernel)
 }
 
-/// The derived params the kernel's sources declare themselves.
-fn declared_derived(kernel: &Kernel, root: &Path) -> Result<std::collections::BTreeSet<String>> {
-    let names: Vec<&str> = kernel.derived.iter().map(|d| d.name.as_str()).collect();
-    let mut found = std::collections::BTreeSet::new();
-    if names.is_empty() {
-        return Ok(found);
+/// What the kernel's code says of its params: the derived params its sources declare
+/// themselves, and the params and derived params that neither its sources nor the
+/// files of its include folders mention.
+fn scan_sources(kernel: &Kernel, root: &Path) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
+    let derived: Vec<&str> = kernel.derived.iter().map(|d| d.name.as_str()).collect();
+    let all: Vec<&str> = kernel
+        .params
+        .keys()
+        .map(String::as_str)
+        .chain(derived.iter().copied())
+        .collect();
+    let mut declared = BTreeSet::new();
+    let mut mentioned = BTreeSet::new();
+    if all.is_empty() {
+        return Ok((declared, BTreeSet::new()));
     }
     for source in &kernel.sources {
         let text = read_text(&root.join(source))?;
-        found.extend(crate::project::entry::declared_names(&text, &names));
+        if !derived.is_empty() {
+            declared.extend(crate::project::entry::declared_names(&text, &derived));
+        }
+        mentioned.extend(crate::project::entry::mentioned_names(&text, &all));
     }
-    Ok(found)
+    for dir in &kernel.include {
+        for file in crate::tree::files_under(&root.join(dir))? {
+            // Headers are text; anything else in the folder says nothing of names.
+            if let Ok(text) = std::fs::read_to_string(&file) {
+                mentioned.extend(crate::project::entry::mentioned_names(&text, &all));
+            }
+        }
+    }
+    let unmentioned = all
+        .iter()
+        .filter(|n| !mentioned.contains(**n))
+        .map(|n| n.to_string())
+        .collect();
+    Ok((declared, unmentioned))
 }
 
 /// Where a kernel lives: the project root, its folder relative to it, and absolute.

@@ -568,6 +568,7 @@ mod tests {
             launch: None,
             variant_of: None,
             declared_in_source: Default::default(),
+            unmentioned: Default::default(),
             kept: Default::default(),
         }
     }

@@ -179,12 +179,15 @@ impl TestProject {
         out
     }
 
-    /// How many compiles (not `--version` probes, not the smoke gate) the wrapper logged.
+    /// How many compiles (not `--version` probes, not the smoke gate, not the `--dryrun`
+    /// of a batch) the wrapper logged: a batch of configs is one.
     pub fn compiles(&self) -> usize {
         std::fs::read_to_string(&self.nvcc_log)
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains(" -o ") && !l.contains("smoke/smoke.cu"))
+            .filter(|l| {
+                l.contains(" -o ") && !l.contains("smoke/smoke.cu") && !l.contains("--dryrun")
+            })
             .count()
     }
 
@@ -193,7 +196,9 @@ impl TestProject {
         std::fs::read_to_string(&self.nvcc_log)
             .unwrap_or_default()
             .lines()
-            .filter(|l| l.contains(" -o ") && !l.contains("smoke/smoke.cu"))
+            .filter(|l| {
+                l.contains(" -o ") && !l.contains("smoke/smoke.cu") && !l.contains("--dryrun")
+            })
             .map(str::to_string)
             .collect()
     }

@@ -220,3 +220,75 @@ THREADS = "WM * 2"
         "{explain}"
     );
 }
+
+#[test]
+fn a_batch_of_configs_gives_the_bytes_each_config_gives_alone() {
+    // Four configs of a template entry, one of which does not compile.
+    let source = r#"
+template <int BLOCK, int WAYS>
+__global__ void tile(float *out, int n) {
+  static_assert(BLOCK * WAYS != 512, "this config is broken on purpose");
+  __shared__ float stage[BLOCK];
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  stage[threadIdx.x] = i < n ? (float)(WAYS * i) : 0.0f;
+  __syncthreads();
+  if (i < n) out[i] = stage[(threadIdx.x + WAYS) % BLOCK];
+}
+extern "C" __global__ void plain(float *out) { out[0] = 1.0f; }
+"#;
+    let toml = "name = \"b\"\nsources = [\"b.cu\"]\nentry = [\"tile<BLOCK, WAYS>\", \"plain\"]\n[params]\nBLOCK = [64, 128, 256]\nWAYS = [1, 2]\n";
+    let project = || {
+        let p = TestProject::new(&["sm_90"]);
+        p.write("kernels/b/b.cu", source);
+        p.write("kernels/b/kernel.toml", toml);
+        p
+    };
+    let batched = project();
+    let out = batched.kart(&["build", "--batch", "6", "--jobs", "1"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    // One front-end pass for all six; it failed on tile<256, 2>, so each was compiled
+    // alone and only that one failed, with nvcc's own message.
+    let passes: Vec<String> = batched
+        .compile_lines()
+        .into_iter()
+        .filter(|l| l.contains(" -ptx "))
+        .collect();
+    assert_eq!(passes.len(), 1, "{passes:?}");
+    let err = stderr(&out);
+    assert!(
+        err.contains("1 of 6 artifacts failed")
+            && err.contains("b[BLOCK=256,WAYS=2] sm_90")
+            && err.contains("this config is broken on purpose"),
+        "{err}"
+    );
+
+    // Without the broken config: one pass, and the bytes of each config alone.
+    let fixed = toml.replace(
+        "WAYS = [1, 2]\n",
+        "WAYS = [1, 2]\n[[exclude]]\nBLOCK = 256\nWAYS = 2\n",
+    );
+    let alone = project();
+    alone.write("kernels/b/kernel.toml", &fixed);
+    alone.ok(&["build", "--batch", "1"]);
+    batched.write("kernels/b/kernel.toml", &fixed);
+    batched.clear_log();
+    let out = batched.ok(&["build", "--batch", "5", "--jobs", "1"]);
+    assert!(
+        stderr(&out).contains("5 artifacts: 0 compiled, 5 from the store"),
+        "what the failed build compiled was kept: {}",
+        text(&out)
+    );
+    let fresh = project();
+    fresh.write("kernels/b/kernel.toml", &fixed);
+    fresh.ok(&["build", "--batch", "5", "--jobs", "1"]);
+    let passes = fresh
+        .compile_lines()
+        .into_iter()
+        .filter(|l| l.contains(" -ptx "))
+        .count();
+    assert_eq!(passes, 1, "{:?}", fresh.compile_lines());
+    let digests = |p: &TestProject| crate::harness::lock_digests(p);
+    assert_eq!(digests(&fresh), digests(&alone));
+    assert_eq!(digests(&batched), digests(&alone));
+    assert_eq!(digests(&alone).len(), 5);
+}

@@ -1,5 +1,6 @@
 //! A folder's files and their content hash: the inputs of keys (include folders,
-//! toolkit headers) and of library pins.
+//! toolkit headers) and of library pins, and the headers a kernel's names are looked
+//! for in.
 
 use std::path::Path;
 
@@ -36,4 +37,12 @@ pub fn collect_files(base: &Path, dir: &Path, out: &mut Vec<String>) -> Result<(
         }
     }
     Ok(())
+}
+
+/// Every regular file under `dir` (absolute paths), following symlinks; none if `dir`
+/// does not exist.
+pub fn files_under(dir: &Path) -> Result<Vec<std::path::PathBuf>> {
+    let mut rel = Vec::new();
+    collect_files(dir, dir, &mut rel)?;
+    Ok(rel.into_iter().map(|r| dir.join(r)).collect())
 }

@@ -1,0 +1,295 @@
+//! Several configs of one kernel through one front-end pass. For a CuTe/CUTLASS kernel
+//! most of a compile is `cicc` parsing and instantiating the headers, the same for
+//! every config; `ptxas` is a small part. A batch writes one unit instantiating every
+//! config's template entries, runs nvcc once to PTX, cuts each config's module out of
+//! it ([`super::ptx::split`]) and runs `ptxas` per config with the arguments nvcc
+//! itself would pass (read from `nvcc --dryrun`). Each config's cubin is then the one a
+//! compile of that config alone makes, byte for byte: the bytes do not depend on which
+//! configs shared the pass (checked by a test and by `kart verify --rebuild`, which
+//! compiles configs alone).
+//!
+//! Only cubins of kernels with template entries batch, and only configs whose command
+//! lines are the same but for the instances (the same macros: `param_macros = "auto"`
+//! passes none of the params a template entry takes or no source mentions).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Duration;
+
+use crate::model::ArtifactKind;
+use crate::pipeline::compile::{
+    CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, check_dependencies, finish, frame,
+    nvcc_args, parse_depfile,
+};
+use crate::pipeline::process::run_with_timeout;
+use crate::project::entry::{find_symbols, translation_unit};
+
+/// The most configs one batch holds when kart chooses: past this a batch saves little
+/// more per config (the front end's fixed cost is shared already) and holds the
+/// machine's memory and a core longer.
+pub const MAX_BATCH: usize = 8;
+
+/// Jobs with the same key can share a front-end pass; `None`: this one compiles alone.
+pub fn batch_key(job: &CompileJob<'_>) -> Option<String> {
+    if job.kind != ArtifactKind::Cubin || job.kernel.templates.is_empty() {
+        return None;
+    }
+    Some(format!(
+        "{}\n{}\n{:?}",
+        job.kernel.name,
+        job.target,
+        job.kernel.macro_params(job.config)
+    ))
+}
+
+/// The batch size kart chooses for `configs` configs that may share a pass, on `jobs`
+/// parallel compiles: enough batches to keep every core busy, at most [`MAX_BATCH`].
+pub fn auto_size(configs: usize, jobs: usize) -> usize {
+    configs.div_ceil(jobs.max(1)).clamp(1, MAX_BATCH)
+}
+
+/// Compiles `jobs` (all of one [`batch_key`]) with one nvcc front-end pass in
+/// `scratch`. An error (why) when the batch cannot be compiled as one (nvcc failed or
+/// timed out on some config): the caller compiles each config alone, so each failure
+/// is reported with its own config and nvcc's message.
+pub fn compile_batch(
+    jobs: &[CompileJob<'_>],
+    scratch: &Path,
+) -> Result<Vec<Result<CompileOutput, CompileFailure>>, String> {
+    let first = jobs.first().ok_or("an empty batch")?;
+    let instances: Vec<_> = jobs
+        .iter()
+        .map(|j| j.kernel.template_instances(j.config))
+        .collect();
+    let mut names: Vec<String> = Vec::new();
+    for (_, instance) in instances.iter().flatten() {
+        if !names.contains(instance) {
+            names.push(instance.clone());
+        }
+    }
+    let main = scratch.join(INSTANCES_FILE);
+    let source = first.kernel.sources[0]
+        .file_name()
+        .ok_or("the kernel's source has no file name")?;
+    std::fs::write(&main, translation_unit(Path::new(source), &names))
+        .map_err(|e| format!("cannot write the batch's unit: {e}"))?;
+
+    let ptxas = ptxas_command(first, &main, scratch)
+        .ok_or("`nvcc --dryrun` did not say how it runs ptxas")?;
+    let ptx_path = scratch.join("batch.ptx");
+    let deps = scratch.join("batch.d");
+    let args: Vec<String> = nvcc_args(first, &main, &ptx_path, &deps)
+        .into_iter()
+        .filter(|a| a != "--resource-usage")
+        .map(|a| if a == "-cubin" { "-ptx".to_string() } else { a })
+        .collect();
+    let timeout: Duration = jobs.iter().map(|j| j.timeout).sum();
+    let mut cmd = Command::new(&first.toolchain.nvcc);
+    cmd.args(&args).current_dir(first.root);
+    let outcome =
+        run_with_timeout(&mut cmd, timeout).map_err(|e| format!("cannot run nvcc: {e}"))?;
+    if outcome.timed_out {
+        return Err(format!("nvcc timed out after {} s", timeout.as_secs()));
+    }
+    if !outcome.status.is_some_and(|s| s.success()) {
+        let first_error = (outcome.stderr.clone() + &outcome.stdout)
+            .lines()
+            .find(|l| l.contains("error"))
+            .unwrap_or("no message")
+            .to_string();
+        return Err(format!("nvcc failed: {first_error}"));
+    }
+    let mut read = parse_depfile(&std::fs::read_to_string(&deps).unwrap_or_default());
+    read.retain(|d| *d != main);
+    if let Err(details) = check_dependencies(first, &read) {
+        // The same for every config of the batch: each reports it.
+        return Ok(jobs
+            .iter()
+            .map(|_| {
+                Err(CompileFailure {
+                    summary: "undeclared include".into(),
+                    details: details.clone(),
+                    disk_full: false,
+                    group: String::new(),
+                })
+            })
+            .collect());
+    }
+    let module = std::fs::read_to_string(&ptx_path)
+        .map_err(|e| format!("cannot read the batch's PTX: {e}"))?;
+    let defined = crate::cubin::ptx_entries(module.as_bytes())?;
+    let front_end = outcome.elapsed / jobs.len() as u32;
+    let results = jobs
+        .iter()
+        .zip(&instances)
+        .enumerate()
+        .map(|(i, (job, instances))| {
+            let fail = |summary: String, details: String| CompileFailure {
+                summary,
+                details,
+                disk_full: false,
+                group: String::new(),
+            };
+            let symbols = find_symbols(instances, &defined)
+                .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
+            let mut templates = symbols.into_iter();
+            let entries: Vec<String> = job
+                .kernel
+                .entry
+                .iter()
+                .map(|name| match job.kernel.templates.get(name) {
+                    Some(_) => templates.next().unwrap_or_default(),
+                    None => name.clone(),
+                })
+                .collect();
+            let own = crate::pipeline::ptx::split(&module, &entries)
+                .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
+            let ptx = scratch.join(format!("config-{i}.ptx"));
+            let cubin = scratch.join(format!("config-{i}.cubin"));
+            std::fs::write(&ptx, own).map_err(|e| {
+                fail(
+                    format!("cannot write `{}`: {e}", ptx.display()),
+                    String::new(),
+                )
+            })?;
+            let mut cmd = Command::new(&ptxas.program);
+            cmd.args(&ptxas.args)
+                .arg(&ptx)
+                .arg("-o")
+                .arg(&cubin)
+                .current_dir(job.root);
+            let shown = format!(
+                "{} {} {} -o {}",
+                ptxas.program.display(),
+                ptxas.args.join(" "),
+                ptx.display(),
+                cubin.display()
+            );
+            let run = run_with_timeout(&mut cmd, job.timeout)
+                .map_err(|e| fail(format!("cannot run ptxas: {e}"), String::new()))?;
+            let stderr = run.stderr.clone() + &run.stdout;
+            if run.timed_out || !run.status.is_some_and(|s| s.success()) {
+                return Err(fail(
+                    "ptxas failed on the batch's PTX".into(),
+                    frame(&shown, &stderr),
+                ));
+            }
+            let bytes = std::fs::read(&cubin).map_err(|e| {
+                fail(
+                    format!(
+                        "ptxas succeeded but `{}` is unreadable: {e}",
+                        cubin.display()
+                    ),
+                    String::new(),
+                )
+            })?;
+            let full = |why: String| fail(why, frame(&shown, &stderr));
+            finish(
+                job,
+                bytes,
+                stderr.clone(),
+                instances,
+                front_end + run.elapsed,
+                &full,
+            )
+        })
+        .collect();
+    Ok(results)
+}
+
+/// ptxas as nvcc runs it for a compile of `job` alone: the program and its arguments
+/// but the input and output.
+struct Ptxas {
+    program: PathBuf,
+    args: Vec<String>,
+}
+
+/// Asks nvcc (`--dryrun`, which runs nothing) how it would call ptxas for `job`.
+fn ptxas_command(job: &CompileJob<'_>, main: &Path, scratch: &Path) -> Option<Ptxas> {
+    let mut args = nvcc_args(
+        job,
+        main,
+        &scratch.join("probe.cubin"),
+        &scratch.join("probe.d"),
+    );
+    args.push("--dryrun".into());
+    let mut cmd = Command::new(&job.toolchain.nvcc);
+    cmd.args(&args).current_dir(job.root);
+    let outcome = run_with_timeout(&mut cmd, Duration::from_secs(60)).ok()?;
+    let text = outcome.stderr + &outcome.stdout;
+    let line = text.lines().find_map(|l| l.strip_prefix("#$ ptxas "))?;
+    let words = shell_words(line);
+    let mut kept = Vec::new();
+    let mut skip_next = false;
+    for w in words {
+        if skip_next {
+            skip_next = false;
+        } else if w == "-o" {
+            skip_next = true;
+        } else if !w.ends_with(".ptx") {
+            kept.push(w);
+        }
+    }
+    Some(Ptxas {
+        program: job.toolchain.nvcc.with_file_name("ptxas"),
+        args: kept,
+    })
+}
+
+/// A command line as nvcc's `--dryrun` prints it: words split at blanks, `"…"` quoted.
+fn shell_words(line: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut current = String::new();
+    let mut quoted = false;
+    let mut any = false;
+    for c in line.chars() {
+        match c {
+            '"' => {
+                quoted = !quoted;
+                any = true;
+            }
+            c if c.is_whitespace() && !quoted => {
+                if any {
+                    words.push(std::mem::take(&mut current));
+                    any = false;
+                }
+            }
+            c => {
+                current.push(c);
+                any = true;
+            }
+        }
+    }
+    if any {
+        words.push(current);
+    }
+    words
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn dryrun_lines_split_into_words() {
+        assert_eq!(
+            shell_words(r#"-arch=sm_90a -m64 -v  "/tmp/x y/a.ptx"  -o "/tmp/out.cubin" "#),
+            [
+                "-arch=sm_90a",
+                "-m64",
+                "-v",
+                "/tmp/x y/a.ptx",
+                "-o",
+                "/tmp/out.cubin"
+            ]
+        );
+    }
+
+    #[test]
+    fn batches_keep_every_core_busy_and_stay_small() {
+        assert_eq!(auto_size(10, 2), 5);
+        assert_eq!(auto_size(168, 2), MAX_BATCH);
+        assert_eq!(auto_size(3, 16), 1);
+        assert_eq!(auto_size(0, 2), 1);
+    }
+}

@@ -357,7 +357,8 @@ pub struct BuildArgs {
     pub keep_temps: bool,
     /// Configs of a template kernel compiled through one nvcc front-end pass, each then
     /// cut out and assembled alone (the same bytes as a compile alone). Default: enough
-    /// batches for every core, at most 8 configs each; 1 compiles every config alone.
+    /// batches for every core, at most 8 configs each and what the free memory holds
+    /// (about 400 MB per config); 1 compiles every config alone.
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..))]
     pub batch: Option<u16>,
     /// Build only slice I of N (1-based) of the selection, and write only the store.

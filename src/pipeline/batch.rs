@@ -42,10 +42,27 @@ pub fn batch_key(job: &CompileJob<'_>) -> Option<String> {
     ))
 }
 
+/// What one more config adds to a front-end pass's memory, about: `cicc` held 1.5 GB
+/// for five CuTe GEMM configs, 0.4 GB for one.
+const BYTES_PER_CONFIG: u64 = 400 << 20;
+
 /// The batch size kart chooses for `configs` configs that may share a pass, on `jobs`
-/// parallel compiles: enough batches to keep every core busy, at most [`MAX_BATCH`].
-pub fn auto_size(configs: usize, jobs: usize) -> usize {
-    configs.div_ceil(jobs.max(1)).clamp(1, MAX_BATCH)
+/// parallel compiles: enough batches to keep every core busy, at most [`MAX_BATCH`],
+/// and no more than `jobs` passes fit in `memory` (bytes available, when known).
+pub fn auto_size(configs: usize, jobs: usize, memory: Option<u64>) -> usize {
+    let jobs = jobs.max(1);
+    let by_memory = memory.map_or(MAX_BATCH, |m| {
+        (m / (jobs as u64 * BYTES_PER_CONFIG)).min(MAX_BATCH as u64) as usize
+    });
+    configs.div_ceil(jobs).clamp(1, by_memory.max(1))
+}
+
+/// The memory available to new processes (`MemAvailable` of /proc/meminfo), if known.
+pub fn available_memory() -> Option<u64> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
 }
 
 /// Compiles `jobs` (all of one [`batch_key`]) with one nvcc front-end pass in
@@ -231,7 +248,8 @@ fn ptxas_command(job: &CompileJob<'_>, main: &Path, scratch: &Path) -> Option<Pt
         }
     }
     Some(Ptxas {
-        program: job.toolchain.nvcc.with_file_name("ptxas"),
+        // The ptxas of the toolkit the key fingerprints (`bin/ptxas`), as nvcc runs it.
+        program: job.toolchain.root.join("bin").join("ptxas"),
         args: kept,
     })
 }
@@ -287,9 +305,12 @@ mod tests {
 
     #[test]
     fn batches_keep_every_core_busy_and_stay_small() {
-        assert_eq!(auto_size(10, 2), 5);
-        assert_eq!(auto_size(168, 2), MAX_BATCH);
-        assert_eq!(auto_size(3, 16), 1);
-        assert_eq!(auto_size(0, 2), 1);
+        assert_eq!(auto_size(10, 2, None), 5);
+        assert_eq!(auto_size(168, 2, None), MAX_BATCH);
+        assert_eq!(auto_size(3, 16, None), 1);
+        assert_eq!(auto_size(0, 2, None), 1);
+        // 2 GiB for two passes: two configs each.
+        assert_eq!(auto_size(168, 2, Some(2 << 30)), 2);
+        assert_eq!(auto_size(168, 2, Some(0)), 1);
     }
 }

@@ -403,7 +403,9 @@ fn batches<'a>(
         }
         let size = options
             .batch
-            .unwrap_or_else(|| batch::auto_size(members.len(), options.jobs))
+            .unwrap_or_else(|| {
+                batch::auto_size(members.len(), options.jobs, batch::available_memory())
+            })
             .max(1);
         out.extend(members.chunks(size).map(|c| (true, c.to_vec())));
     }

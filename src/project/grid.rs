@@ -424,7 +424,7 @@ mod tests {
     fn why_none_names_the_value_or_the_step() {
         let mut k = kernel(
             &[("BM", vec![64, 128]), ("BN", vec![64, 128])],
-            &["BM * BN <= 8192"],
+            &["BM * BN < 8192"],
             &[],
         );
         k.exclude = vec![BTreeMap::from([
@@ -445,11 +445,11 @@ mod tests {
         );
         assert_eq!(
             grid.why_none(&filter(&[("BM", 128)])).unwrap(),
-            "of the 2 combination(s) with BM=128, require \"BM * BN <= 8192\" removes 2"
+            "of the 2 combination(s) with BM=128, require \"BM * BN < 8192\" removes 2"
         );
         assert_eq!(
             grid.why_none(&filter(&[("BN", 128)])).unwrap(),
-            "of the 2 combination(s) with BN=128, [[exclude]] removes 1, require \"BM * BN <= 8192\" removes 1"
+            "of the 2 combination(s) with BN=128, [[exclude]] removes 1, require \"BM * BN < 8192\" removes 1"
         );
     }
 

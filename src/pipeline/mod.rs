@@ -380,15 +380,7 @@ fn batches<'a>(
 ) -> Vec<Vec<&'a Planned>> {
     let mut groups: Vec<(Option<String>, Vec<&'a Planned>)> = Vec::new();
     for p in jobs {
-        let job = CompileJob {
-            root: &ws.project.root,
-            toolchain,
-            kernel: &ws.project.kernels[p.kernel],
-            config: &p.config,
-            target: p.target,
-            kind: p.kind,
-            timeout: options.timeout,
-        };
+        let job = compile_job(ws, toolchain, p, options.timeout);
         let key = batch::batch_key(&job).filter(|_| options.batch != Some(1));
         match groups.iter_mut().find(|(k, _)| key.is_some() && *k == key) {
             Some((_, members)) => members.push(p),
@@ -431,15 +423,7 @@ fn compile_batch_or_each(
     {
         let jobs: Vec<CompileJob<'_>> = batch
             .iter()
-            .map(|p| CompileJob {
-                root: &ws.project.root,
-                toolchain,
-                kernel: &ws.project.kernels[p.kernel],
-                config: &p.config,
-                target: p.target,
-                kind: p.kind,
-                timeout: options.timeout,
-            })
+            .map(|p| compile_job(ws, toolchain, p, options.timeout))
             .collect();
         for p in batch {
             crate::failpoint::hit("build.compile", &p.key);
@@ -496,6 +480,24 @@ fn compile_batch_or_each(
         .collect()
 }
 
+/// What to compile for a planned artifact.
+fn compile_job<'a>(
+    ws: &'a Workspace,
+    toolchain: &'a Toolchain,
+    p: &'a Planned,
+    timeout: Duration,
+) -> CompileJob<'a> {
+    CompileJob {
+        root: &ws.project.root,
+        toolchain,
+        kernel: &ws.project.kernels[p.kernel],
+        config: &p.config,
+        target: p.target,
+        kind: p.kind,
+        timeout,
+    }
+}
+
 fn compile_one(
     ws: &Workspace,
     toolchain: &Toolchain,
@@ -504,17 +506,8 @@ fn compile_one(
     host_compiler: &str,
     keep_temps: bool,
 ) -> std::result::Result<Duration, CompileFailure> {
-    let kernel = &ws.project.kernels[p.kernel];
     let scratch = ws.store.scratch_dir().map_err(store_failure)?;
-    let job = CompileJob {
-        root: &ws.project.root,
-        toolchain,
-        kernel,
-        config: &p.config,
-        target: p.target,
-        kind: p.kind,
-        timeout,
-    };
+    let job = compile_job(ws, toolchain, p, timeout);
     crate::failpoint::hit("build.compile", &p.key);
     let out = match compile(&job, scratch.path()) {
         Ok(out) => out,

@@ -281,7 +281,17 @@ extern "C" __global__ void plain(float *out) { out[0] = 1.0f; }
     );
     let fresh = project();
     fresh.write("kernels/b/kernel.toml", &fixed);
-    fresh.ok(&["build", "--batch", "5", "--jobs", "1"]);
+    let out = fresh.ok(&["build", "--batch", "5", "--jobs", "1"]);
+    // Every config came out of the batch: none was compiled alone afterwards.
+    assert!(!stderr(&out).contains("compiled alone"), "{}", text(&out));
+    assert!(
+        !fresh
+            .compile_lines()
+            .iter()
+            .any(|l| l.starts_with("-cubin ")),
+        "{:?}",
+        fresh.compile_lines()
+    );
     let passes = fresh
         .compile_lines()
         .into_iter()

@@ -21,6 +21,7 @@ use crate::pipeline::compile::{
     CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, check_dependencies, finish, frame,
     nvcc_args, parse_depfile,
 };
+use crate::pipeline::phases;
 use crate::pipeline::process::run_with_timeout;
 use crate::project::entry::{find_symbols, translation_unit};
 
@@ -95,11 +96,13 @@ pub fn compile_batch(
         .ok_or("`nvcc --dryrun` did not say how it runs ptxas")?;
     let ptx_path = scratch.join("batch.ptx");
     let deps = scratch.join("batch.d");
-    let args: Vec<String> = nvcc_args(first, &main, &ptx_path, &deps)
+    let mut args: Vec<String> = nvcc_args(first, &main, &ptx_path, &deps)
         .into_iter()
         .filter(|a| a != "--resource-usage")
         .map(|a| if a == "-cubin" { "-ptx".to_string() } else { a })
         .collect();
+    let table = phases::table(&first.kernel.name, jobs.len());
+    phases::add_time_arg(&mut args, table.as_deref());
     let timeout: Duration = jobs.iter().map(|j| j.timeout).sum();
     let mut cmd = Command::new(&first.toolchain.nvcc);
     cmd.args(&args).current_dir(first.root);
@@ -184,6 +187,13 @@ pub fn compile_batch(
             );
             let run = run_with_timeout(&mut cmd, job.timeout)
                 .map_err(|e| fail(format!("cannot run ptxas: {e}"), String::new()))?;
+            phases::add_ptxas_row(
+                table.as_deref(),
+                &ptx,
+                &cubin,
+                &job.target.to_string(),
+                run.elapsed,
+            );
             let stderr = run.stderr.clone() + &run.stdout;
             if run.timed_out || !run.status.is_some_and(|s| s.success()) {
                 return Err(fail(

@@ -195,8 +195,12 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             group: String::new(),
         })?;
     }
-    let args = nvcc_args(job, &main, &out, &deps);
+    let mut args = nvcc_args(job, &main, &out, &deps);
     let shown = format!("nvcc {}", args.join(" "));
+    crate::pipeline::phases::add_time_arg(
+        &mut args,
+        crate::pipeline::phases::table(&job.kernel.name, 1).as_deref(),
+    );
     let mut cmd = Command::new(&job.toolchain.nvcc);
     cmd.args(&args).current_dir(job.root);
     let outcome = run_with_timeout(&mut cmd, job.timeout).map_err(|e| CompileFailure {

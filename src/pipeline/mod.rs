@@ -7,6 +7,7 @@ pub mod explain;
 pub mod key;
 pub mod library;
 mod locked;
+pub mod phases;
 mod plan;
 pub mod process;
 pub mod ptx;

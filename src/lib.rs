@@ -24,10 +24,14 @@
 //! - [`maintain`]: `verify`, `gc`, `ls`; [`attest`]: `kart.attest`;
 //! - [`tune`]: offline tuning (and, from the runtime crate, `kart.tune` and `best()`);
 //! - [`export`]: a self-contained Python module of cubins and a loader;
+//! - [`coverage`]: what each GPU of a fleet loads, whether it is tuned and attested
+//!   there; [`bundle`]: one file of just that, for the runtime crate to load;
 //! - [`init`]: `kart init`, a new project.
 #![deny(missing_docs)]
 
 pub mod attest;
+pub mod bundle;
+pub mod coverage;
 pub mod export;
 pub mod init;
 pub mod install;
@@ -42,5 +46,5 @@ pub mod tune;
 pub use kart_runtime::{Error, Result};
 pub use kart_runtime::{
     call, cubin, digest, error, expr, failpoint, launch, locate, model, resolve, runtime,
-    signature, store, suggest, target, text, untrusted,
+    signature, store, suggest, target, text, trace, untrusted,
 };

@@ -18,6 +18,7 @@ pub fn run(
     output: &std::path::Path,
     targets: &[TargetArch],
     all_configs: bool,
+    fleet: Option<&std::path::Path>,
 ) -> Result<ExitCode> {
     let lock_file = lock_path(&ws.project.root);
     let lock = Lockfile::read(&lock_file, std::path::Path::new(LOCK_FILE))?.ok_or_else(|| {
@@ -33,7 +34,21 @@ pub fn run(
     };
     let tune_path = ws.project.root.join(kart::tune::TUNE_FILE);
     let tune = kart::tune::TuneFile::read(&tune_path, std::path::Path::new(kart::tune::TUNE_FILE))?;
-    let chosen = kart::export::select(&ws.project, &lock, &tune, &options)?;
+    let mut chosen = kart::export::select(&ws.project, &lock, &tune, &options)?;
+    if let Some(file) = fleet {
+        // The fleet's selection: of the chosen cubins, those some GPU of it loads.
+        let gpus = kart::project::fleet::read_fleet_file(file, file)?;
+        let loaded = kart::coverage::fleet_artifacts(&lock, &gpus, &|a| {
+            chosen.iter().any(|c| c.id() == a.id())
+        });
+        if loaded.is_empty() {
+            return Err(Error::usage(
+                "no cubin of the selection loads on the fleet's GPUs",
+                Some("`kart coverage --fleet FILE` shows what each GPU would load".into()),
+            ));
+        }
+        chosen = loaded;
+    }
     let lock_sha = kart::digest::sha256_file(&lock_file)?;
     let command: Vec<String> = std::env::args()
         .skip(1)

@@ -8,6 +8,7 @@ pub mod complete;
 mod doctor;
 mod explain;
 mod export;
+mod fleet;
 mod gc;
 mod init;
 mod ls;
@@ -240,6 +241,68 @@ pub enum Command {
         /// Every config of each selected kernel.
         #[arg(long)]
         all_configs: bool,
+        /// Only the cubins the GPUs of this fleet file load (`[[fleet]]` tables, as for
+        /// `kart coverage`).
+        #[arg(long, value_name = "FILE")]
+        fleet: Option<PathBuf>,
+    },
+    /// Will every GPU of the fleet load a cubin, a tuned config and an attested blob
+    /// for every kernel, with no compile? A table per kernel and GPU.
+    ///
+    /// CUBIN: of the kernel's configs, how many load a cubin on the GPU (exact: built
+    /// for its capability; compatible: same major, lower minor), and how many would
+    /// need PTX JIT, a newer driver, or have nothing. TUNED: kart.tune's records for
+    /// the GPU, and for listed problems (--problems, --trace) how many best() answers
+    /// from a record of their own. ATTESTED: the blobs it loads that kart.attest
+    /// proved on it. The fleet: --fleet FILE, else kart.toml's [[fleet]], else the GPUs
+    /// kart.attest and kart.tune name.
+    Coverage {
+        /// Only these kernels (default: every kernel of kart.lock).
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
+        kernels: Vec<String>,
+        /// The fleet: a file of `[[fleet]]` tables (name, capability, driver or cuda).
+        #[arg(long, value_name = "FILE")]
+        fleet: Option<PathBuf>,
+        /// Problems to check best() on: `[[problem]]` tables of `kernel` and integer keys.
+        #[arg(long, value_name = "FILE")]
+        problems: Option<PathBuf>,
+        /// The problems a workload met, from its trace (KART_TRACE).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// Exit 1 if any kernel misses one of these on any GPU: cubin, tuned, attested.
+        #[arg(long, value_name = "NEED,…", value_delimiter = ',')]
+        require: Vec<kart::coverage::Need>,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
+    },
+    /// Write one file holding exactly what the fleet's GPUs load (the cubins, their
+    /// lock records, the tuning and attestation records naming them), each blob
+    /// checked; a program loads from it with KART_BUNDLE=FILE.
+    ///
+    /// With --trace, only the configs the traced workload launched or best() chose
+    /// (on every GPU of the fleet), and each kernel's default.
+    Bundle {
+        /// Only these kernels (default: every kernel of kart.lock).
+        #[arg(add = ArgValueCandidates::new(complete::kernels))]
+        kernels: Vec<String>,
+        /// The file to write.
+        #[arg(short, long, value_name = "FILE", required_unless_present = "inspect")]
+        output: Option<PathBuf>,
+        /// The fleet: a file of `[[fleet]]` tables (default: kart.toml's, else the GPUs
+        /// of kart.attest and kart.tune).
+        #[arg(long, value_name = "FILE")]
+        fleet: Option<PathBuf>,
+        /// Keep only the configs a workload used, from its trace (KART_TRACE).
+        #[arg(long, value_name = "FILE")]
+        trace: Option<PathBuf>,
+        /// List a bundle's contents and sizes by kernel and target (checking every
+        /// blob) instead.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["output", "fleet", "trace", "kernels"])]
+        inspect: Option<PathBuf>,
+        /// The report as JSON on stdout.
+        #[arg(long)]
+        json: bool,
     },
     /// List the tuning records of kart.tune (stale ones marked), or run the kernels'
     /// tuning programs on this GPU.
@@ -421,6 +484,15 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
         let project = Project::discover(&cwd).ok();
         return toolchain::list(project.as_ref(), *json);
     }
+    if let Command::Bundle {
+        inspect: Some(path),
+        json,
+        ..
+    } = &cli.command
+    {
+        // Works anywhere: a bundle is read where it is deployed, with no project.
+        return fleet::inspect(&cwd.join(path), *json);
+    }
     let project = Project::discover(&cwd)?;
     if let Command::Toolchain { action } = &cli.command {
         return toolchain::run(cli, &project, action);
@@ -521,7 +593,52 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
             output,
             targets,
             all_configs,
-        } => export::run(cli, ws, selectors, output, targets, *all_configs),
+            fleet,
+        } => export::run(
+            cli,
+            ws,
+            selectors,
+            output,
+            targets,
+            *all_configs,
+            fleet.as_deref(),
+        ),
+        Command::Coverage {
+            kernels,
+            fleet,
+            problems,
+            trace,
+            require,
+            json,
+        } => fleet::coverage(
+            ws,
+            &fleet::CoverageArgs {
+                kernels,
+                fleet: fleet.as_deref(),
+                problems: problems.as_deref(),
+                trace: trace.as_deref(),
+                require,
+                json: *json,
+            },
+        ),
+        Command::Bundle {
+            kernels,
+            output,
+            fleet,
+            trace,
+            json,
+            ..
+        } => fleet::bundle(
+            ws,
+            &fleet::BundleArgs {
+                kernels,
+                output: output.as_deref(),
+                fleet: fleet.as_deref(),
+                trace: trace.as_deref(),
+                json: *json,
+                quiet: cli.quiet,
+            },
+        ),
         Command::Tune { kernels, run, json } => tune::run(ws, kernels, *run, *json),
         Command::Gc {
             dry_run,
@@ -558,6 +675,8 @@ fn named_kernels(command: &Command) -> Option<Vec<String>> {
         Command::Build(args) => named(&args.kernels),
         Command::Ls { kernels, .. }
         | Command::Fetch { kernels, .. }
+        | Command::Coverage { kernels, .. }
+        | Command::Bundle { kernels, .. }
         | Command::Tune { kernels, .. } => named(kernels),
         Command::Explain { kernel, .. } | Command::Path { kernel, .. } => {
             Some(vec![kernel.clone()])

@@ -48,7 +48,10 @@ pub fn run(
                     kart::resolve::JitPolicy::Forbid,
                 )?
                 .clone();
-            return write_materialized(rt.store(), &a, json);
+            let Some(store) = rt.store() else {
+                return Err(Error::usage("a runtime over a bundle has no store", None));
+            };
+            return write_materialized(store, &a, json);
         }
     };
     write_materialized(&ws.store, &artifact, json)

@@ -61,6 +61,8 @@ pub struct Project {
     pub libraries: BTreeMap<String, crate::project::library::Library>,
     /// The remote cache, if configured.
     pub remote: Option<RemoteConfig>,
+    /// The GPUs of `[[fleet]]` (empty: none declared).
+    pub fleet: Vec<crate::project::fleet::FleetGpu>,
     /// Kernels sorted by name.
     pub kernels: Vec<Kernel>,
     /// Kernels whose `kernel.toml` or sources could not be read: commands about other
@@ -115,6 +117,7 @@ impl Project {
                 "list at least one target, for example `targets = [\"sm_90\"]`",
             ));
         }
+        let fleet = crate::project::fleet::fleet_from_raw(&file, &raw.fleet)?;
         let remote = match raw.remote {
             None => None,
             Some(r) => {
@@ -237,6 +240,7 @@ impl Project {
             components,
             libraries,
             remote,
+            fleet,
             kernels,
             broken,
         })

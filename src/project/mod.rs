@@ -7,12 +7,14 @@
 //! - [`kernel`]: a checked [`Kernel`];
 //! - [`grid`]: the params' grid, `require` rules and `[derived]` params;
 //! - [`entry`]: template entries and the translation unit that instantiates them;
-//! - [`library`]: header libraries as declared.
+//! - [`library`]: header libraries as declared;
+//! - [`fleet`]: the GPUs a deployment runs on (`[[fleet]]`).
 //!
 //! The expression language and `[launch]` are the runtime crate's
 //! ([`kart_runtime::expr`], [`kart_runtime::launch`]): a loader evaluates them too.
 
 pub mod entry;
+pub mod fleet;
 pub mod grid;
 mod grid_toml;
 pub mod kernel;

@@ -86,6 +86,8 @@ pub(super) struct RawProject {
     pub(super) remote: Option<RawRemote>,
     #[serde(default)]
     pub(super) library: BTreeMap<Spanned<String>, Spanned<RawLibrary>>,
+    #[serde(default)]
+    pub(super) fleet: Vec<super::fleet::RawFleetGpu>,
 }
 
 #[derive(Deserialize)]

@@ -175,7 +175,7 @@ fn every_entry_of_every_9x_artifact_resolves(f: &Fixture, gpu: &Gpu) -> TestResu
         return Err(format!("expected 12 scale artifacts, saw {n}"));
     }
     // The plain sm_90 cubins load too (resolution chose sm_90a; load sm_90 directly).
-    let store = rt.store();
+    let store = rt.blobs();
     for a in rt.lock().artifacts.iter().filter(|a| a.target == "sm_90") {
         let bytes = store
             .read_blob(&a.digest, Some(a.size))
@@ -310,7 +310,7 @@ fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) -> TestResu
         .ok_or("no sm_90a artifact")?
         .clone();
     let bytes = rt
-        .store()
+        .blobs()
         .read_blob(&a.digest, Some(a.size))
         .map_err(|e| e.to_string())?;
     // Flip 4 bytes in the middle (the driver itself would load this and run it).
@@ -319,12 +319,16 @@ fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) -> TestResu
         *b ^= 0xff;
     }
     rt.store()
+        .ok_or("no store")?
         .plant_blob_unchecked(&a.digest, &evil)
         .map_err(|e| e.to_string())?;
     let fresh = Gpu::open(0).map_err(|e| e.to_string())?;
     let result = fresh.kernel(&rt, &a.kernel, &a.config);
     // Put the good blob back for the other tests.
-    rt.store().put_blob(&bytes).map_err(|e| e.to_string())?;
+    rt.store()
+        .ok_or("no store")?
+        .put_blob(&bytes)
+        .map_err(|e| e.to_string())?;
     match result {
         Err(kart::Error::CorruptBlob { .. }) => Ok(()),
         Err(e) => Err(format!("wrong error: {e}")),
@@ -421,7 +425,10 @@ fn cached_lookup_returns_the_loaded_module(f: &Fixture, gpu: &Gpu) -> TestResult
     let c = config(&[("FACTOR", 2), ("OFFSET", 0)]);
     let first = gpu.kernel(&rt, "scale", &c).map_err(|e| e.to_string())?;
     // Move the blob away: a cached lookup must not read it again.
-    let path = rt.store().blob_path(&first.artifact.digest);
+    let path = rt
+        .store()
+        .ok_or("no store")?
+        .blob_path(&first.artifact.digest);
     let aside = path.with_extension("aside");
     std::fs::rename(&path, &aside).map_err(|e| e.to_string())?;
     let second = gpu.kernel(&rt, "scale", &c);

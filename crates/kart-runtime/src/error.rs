@@ -95,6 +95,15 @@ pub enum Error {
         /// What is wrong with it.
         message: String,
     },
+    /// A bundle file is not one kart wrote, or a blob in it fails its check. Nothing of
+    /// it is used.
+    #[error("bundle `{}`: {message}", path.display())]
+    CorruptBundle {
+        /// The bundle file.
+        path: PathBuf,
+        /// What is wrong with it.
+        message: String,
+    },
     /// One or more compile jobs failed; each was reported as it failed.
     #[error("{count} of {total} artifacts failed to build (kart.lock was left as it was; what compiled is in the store):\n{}", failed.join("\n"))]
     BuildFailed {
@@ -147,6 +156,7 @@ impl Error {
             Error::Io { .. }
             | Error::CorruptBlob { .. }
             | Error::CorruptEntry { .. }
+            | Error::CorruptBundle { .. }
             | Error::BuildFailed { .. }
             | Error::CheckFailed { .. }
             | Error::StoreBusy { .. }
@@ -179,6 +189,10 @@ impl Error {
             | Error::Remote { hint, .. } => hint.clone(),
             Error::CorruptBlob { .. } => Some(
                 "the blob was moved to the store's quarantine; `kart build` compiles it again"
+                    .into(),
+            ),
+            Error::CorruptBundle { .. } => Some(
+                "make the bundle again with `kart bundle` from a verified store, and copy it whole"
                     .into(),
             ),
             Error::StoreBusy { .. } => Some(
@@ -277,6 +291,10 @@ impl Clone for Error {
                 path: path.clone(),
             },
             Error::CorruptEntry { path, message } => Error::CorruptEntry {
+                path: path.clone(),
+                message: message.clone(),
+            },
+            Error::CorruptBundle { path, message } => Error::CorruptBundle {
                 path: path.clone(),
                 message: message.clone(),
             },

@@ -16,7 +16,7 @@
 //! - [`store`]: the store, `kart.lock` and the committed sidecar files;
 //! - [`runtime`]: resolving, verifying, loading and launching; what a cubin says about
 //!   itself ([`cubin`]), tensor maps ([`runtime::tma`]), `doctor`'s checks;
-//! - [`tune`]: `kart.tune` and `best()`.
+//! - [`tune`]: `kart.tune` and `best()`; [`trace`]: what a workload launched.
 #![deny(missing_docs)]
 
 pub mod call;
@@ -35,6 +35,7 @@ pub mod store;
 pub mod suggest;
 pub mod target;
 pub mod text;
+pub mod trace;
 pub mod tune;
 pub mod untrusted;
 

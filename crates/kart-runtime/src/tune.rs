@@ -143,6 +143,16 @@ impl Sidecar for TuneFile {
 }
 
 impl TuneFile {
+    /// The tuning records a bundle holds (none when it holds none).
+    pub fn from_bundle(bundle: &crate::store::bundle::Bundle) -> Result<TuneFile> {
+        let text = &bundle.index().tune;
+        if text.trim().is_empty() {
+            return Ok(TuneFile::empty());
+        }
+        let shown = std::path::PathBuf::from(format!("{}:kart.tune", bundle.path().display()));
+        crate::store::sidecar::parse(text, &shown)
+    }
+
     /// Adds records, each replacing the one of the same kernel, GPU and problem.
     pub fn merge(&mut self, new: Vec<TuneRecord>) {
         for r in new {
@@ -334,11 +344,13 @@ fn best_of<K: TunedKernel + ?Sized>(
         } else {
             Source::Nearest(r.problem.clone())
         };
-        return Ok(Choice {
+        let choice = Choice {
             kernel: r.implementation().to_string(),
             config: r.config.clone(),
             source,
-        });
+        };
+        trace_fallback(base.name(), problem, gpu_name, capability, &choice);
+        return Ok(choice);
     }
     // No record: each member's default for this GPU, and of those the one whose
     // cubin the resolution rules prefer.
@@ -361,16 +373,46 @@ fn best_of<K: TunedKernel + ?Sized>(
         .into_iter()
         .find(|(_, _, a)| preferred.is_some_and(|(t, k)| a.kind == k && a.target == t.to_string()));
     match (chosen, first_error) {
-        (Some((kernel, config, _)), _) => Ok(Choice {
-            kernel: kernel.name().to_string(),
-            config,
-            source: Source::Default,
-        }),
+        (Some((kernel, config, _)), _) => {
+            let choice = Choice {
+                kernel: kernel.name().to_string(),
+                config,
+                source: Source::Default,
+            };
+            trace_fallback(base.name(), problem, gpu_name, capability, &choice);
+            Ok(choice)
+        }
         (None, Some(e)) => Err(e),
         (None, None) => Err(Error::NotLoadable {
             message: format!("no kernel of `{}`'s family fits this GPU", base.name()),
             hint: Some(format!("run `kart build {}`", base.name())),
         }),
+    }
+}
+
+/// Writes a `best()` answer that is not an exact record to the trace, if one is on.
+fn trace_fallback(
+    kernel: &str,
+    problem: &Problem,
+    gpu_name: &str,
+    capability: Capability,
+    choice: &Choice,
+) {
+    let source = match choice.source {
+        Source::Exact => return,
+        Source::Nearest(_) => "nearest",
+        Source::Default => "default",
+    };
+    if let Some(tracer) = crate::trace::tracer() {
+        tracer.fallback(crate::trace::TraceRecord::Fallback {
+            kernel: kernel.to_string(),
+            problem: problem.clone(),
+            gpu: gpu_name.to_string(),
+            capability: capability.to_string(),
+            chose: choice.kernel.clone(),
+            config: choice.config.clone(),
+            source: source.into(),
+        });
     }
 }
 

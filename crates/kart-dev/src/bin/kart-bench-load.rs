@@ -175,8 +175,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             .find(|a| a.kernel == kernel && a.kind == ArtifactKind::Ptx)
             .ok_or("no ptx")?
             .clone();
-        let bytes = rt.store().read_blob(&cubin.digest, Some(cubin.size))?;
-        let ptx_text = String::from_utf8(rt.store().read_blob(&ptx.digest, Some(ptx.size))?)?;
+        let bytes = rt.blobs().read_blob(&cubin.digest, Some(cubin.size))?;
+        let ptx_text = String::from_utf8(rt.blobs().read_blob(&ptx.digest, Some(ptx.size))?)?;
         let entry = cubin.entries[0].name.clone();
         let ctx = gpu.context().clone();
         let iters = 41;

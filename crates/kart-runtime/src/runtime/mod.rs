@@ -35,21 +35,49 @@ use crate::resolve::{
     Capability, JitPolicy, driver_branch, format_cuda_version, required_driver_version, resolve,
 };
 use crate::signature::ParamKind;
+use crate::store::bundle::Bundle;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
 use crate::store::{LockMode, Store};
 use crate::target::TargetArch;
 
-/// The lock and the store, opened without touching the GPU.
+/// The variable that makes [`Runtime::open`] read a bundle (`kart bundle`) instead of
+/// the project's `kart.lock` and store: a deployment ships one file and sets it.
+pub const BUNDLE_ENV: &str = "KART_BUNDLE";
+
+/// Where a runtime's blobs come from.
+#[derive(Debug)]
+pub enum Blobs {
+    /// A project's store (`artifacts/`).
+    Store(Store),
+    /// A bundle file.
+    Bundle(Box<Bundle>),
+}
+
+impl Blobs {
+    /// Blob `digest`, checked against it.
+    pub fn read_blob(&self, digest: &str, size: Option<u64>) -> Result<Vec<u8>> {
+        match self {
+            Blobs::Store(store) => store.read_blob(digest, size),
+            Blobs::Bundle(bundle) => bundle.read_blob(digest, size),
+        }
+    }
+}
+
+/// The lock and the blobs (a store or a bundle), opened without touching the GPU.
 pub struct Runtime {
     lock: Lockfile,
-    store: Store,
+    blobs: Blobs,
     /// (kernel, config) → indices into `lock.artifacts`.
     index: HashMap<String, HashMap<Config, Vec<usize>>>,
 }
 
 impl Runtime {
-    /// Opens the project found from `start` (its `kart.lock` and store).
+    /// Opens the project found from `start` (its `kart.lock` and store), or, when
+    /// [`BUNDLE_ENV`] names a file, that bundle instead.
     pub fn open(start: &Path) -> Result<Runtime> {
+        if let Some(bundle) = std::env::var_os(BUNDLE_ENV).filter(|v| !v.is_empty()) {
+            return Runtime::open_bundle(Path::new(&bundle));
+        }
         let project = crate::locate::project(start)?;
         let lock =
             Lockfile::read(&lock_path(&project.root), Path::new(LOCK_FILE))?.ok_or_else(|| {
@@ -66,8 +94,20 @@ impl Runtime {
         Ok(Runtime::from_parts(lock, store))
     }
 
+    /// A runtime over a bundle: its lock, its blobs, nothing else.
+    pub fn open_bundle(path: &Path) -> Result<Runtime> {
+        let bundle = Bundle::open(path)?;
+        let lock = bundle.lock().clone();
+        Ok(Runtime::with_blobs(lock, Blobs::Bundle(Box::new(bundle))))
+    }
+
     /// A runtime over an already opened lock and store.
     pub fn from_parts(lock: Lockfile, store: Store) -> Runtime {
+        Runtime::with_blobs(lock, Blobs::Store(store))
+    }
+
+    /// A runtime over a lock and where its blobs are.
+    pub fn with_blobs(lock: Lockfile, blobs: Blobs) -> Runtime {
         let mut index: HashMap<String, HashMap<Config, Vec<usize>>> = HashMap::new();
         for (i, a) in lock.artifacts.iter().enumerate() {
             index
@@ -77,7 +117,7 @@ impl Runtime {
                 .or_default()
                 .push(i);
         }
-        Runtime { lock, store, index }
+        Runtime { lock, blobs, index }
     }
 
     /// The lock.
@@ -85,9 +125,25 @@ impl Runtime {
         &self.lock
     }
 
-    /// The store.
-    pub fn store(&self) -> &Store {
-        &self.store
+    /// Where the blobs come from.
+    pub fn blobs(&self) -> &Blobs {
+        &self.blobs
+    }
+
+    /// The store, unless the runtime reads a bundle.
+    pub fn store(&self) -> Option<&Store> {
+        match &self.blobs {
+            Blobs::Store(store) => Some(store),
+            Blobs::Bundle(_) => None,
+        }
+    }
+
+    /// The bundle, if the runtime reads one.
+    pub fn bundle(&self) -> Option<&Bundle> {
+        match &self.blobs {
+            Blobs::Bundle(bundle) => Some(bundle),
+            Blobs::Store(_) => None,
+        }
     }
 
     /// The artifact of (kernel, config) a device of `capability` should load, or an
@@ -216,6 +272,12 @@ pub struct LoadedArtifact {
     pub launch: Option<crate::launch::LaunchSpec>,
     /// The multiprocessors of the GPU it was loaded on (`SMS` in `[launch]`).
     pub multiprocessors: u32,
+    /// The name of the GPU it was loaded on.
+    pub gpu_name: Arc<str>,
+    /// Its compute capability.
+    pub capability: Capability,
+    /// The problems it was traced with ([`crate::trace`]).
+    traced: crate::trace::Seen,
     /// Tensor maps `[launch.args]` made, by (parameter, pointer, shape, tile): a
     /// repeated launch on the same tensors encodes nothing.
     made_maps: std::sync::Mutex<HashMap<MapKey, tma::TensorMap>>,
@@ -307,10 +369,10 @@ impl LoadedArtifact {
     ) -> Result<()> {
         let dims = self.dims(problem)?;
         match self.launch.as_ref().and_then(|l| l.args.get(entry)) {
-            None => self.launch(entry, dims, stream, args),
+            None => self.launch_inner(entry, dims, None, stream, args, Some(problem)),
             Some(spec) => {
                 let made = self.call_args(entry, spec, problem, args)?;
-                self.launch(entry, dims, stream, &made)
+                self.launch_inner(entry, dims, None, stream, &made, Some(problem))
             }
         }
     }
@@ -414,7 +476,7 @@ impl LoadedArtifact {
         stream: &CudaStream,
         args: &[KernelArg],
     ) -> Result<()> {
-        self.launch_inner(entry, dims, None, stream, args)
+        self.launch_inner(entry, dims, None, stream, args, None)
     }
 
     /// [`launch`](Self::launch) with thread-block clusters of `cluster` blocks (x, y,
@@ -443,7 +505,7 @@ impl LoadedArtifact {
                 Some("make each grid side a multiple of the cluster's".into()),
             ));
         }
-        self.launch_inner(entry, dims, Some(cluster), stream, args)
+        self.launch_inner(entry, dims, Some(cluster), stream, args, None)
     }
 
     fn launch_inner(
@@ -453,6 +515,7 @@ impl LoadedArtifact {
         cluster: Option<(u32, u32, u32)>,
         stream: &CudaStream,
         args: &[KernelArg],
+        problem: Option<&crate::model::Problem>,
     ) -> Result<()> {
         let function = self.function(entry)?;
         let info = self
@@ -465,6 +528,19 @@ impl LoadedArtifact {
                 hint: None,
             })?;
         check_args(&self.artifact.describe(), info, args)?;
+        if let Some(tracer) = crate::trace::tracer()
+            && self.traced.first(problem)
+        {
+            tracer.write(&crate::trace::TraceRecord::Launch {
+                kernel: self.artifact.kernel.clone(),
+                config: self.artifact.config.clone(),
+                target: self.artifact.target.clone(),
+                digest: self.artifact.digest.clone(),
+                problem: problem.cloned(),
+                gpu: self.gpu_name.to_string(),
+                capability: self.capability.to_string(),
+            });
+        }
         if dims.shared_bytes > 48 * 1024 {
             self.allow_dynamic_shared(entry, dims.shared_bytes)?;
         }
@@ -684,7 +760,7 @@ impl Gpu {
         }
         self.check_driver_floor(artifact)?;
         let t0 = Instant::now();
-        let bytes = rt.store.read_blob(&artifact.digest, Some(artifact.size))?;
+        let bytes = rt.blobs.read_blob(&artifact.digest, Some(artifact.size))?;
         let t1 = Instant::now();
         let mut loaded = self.load_verified(artifact.clone(), bytes, t1 - t0)?;
         loaded.launch = match rt.lock().launch(&artifact.kernel) {
@@ -757,6 +833,9 @@ impl Gpu {
             functions,
             launch: None,
             multiprocessors: self.multiprocessors,
+            gpu_name: Arc::from(self.name.as_str()),
+            capability: self.capability,
+            traced: Default::default(),
             made_maps: Default::default(),
             timings: LoadTimings {
                 read: read_and_verify,

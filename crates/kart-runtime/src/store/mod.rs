@@ -19,6 +19,7 @@
 //! Every write is a temp file in the destination folder, synced, then renamed, so a
 //! crash leaves no partial file under a real name; leftovers are swept on open.
 
+pub mod bundle;
 pub mod entry;
 pub mod fsutil;
 pub mod lockfile;
@@ -492,7 +493,7 @@ thread_local! {
 /// frame that would expand further fails instead of filling memory. Without an
 /// expected size the frame's declared size is used, capped at [`MAX_BLOB_BYTES`]. The
 /// error is a description for the corruption report.
-fn decompress_bounded(
+pub(crate) fn decompress_bounded(
     frame: &[u8],
     expected_size: Option<u64>,
 ) -> std::result::Result<Vec<u8>, String> {

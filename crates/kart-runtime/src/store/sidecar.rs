@@ -61,10 +61,15 @@ pub fn read<T: Sidecar>(path: &Path, shown: &Path) -> Result<T> {
     if !path.exists() {
         return Ok(T::empty());
     }
-    let text = read_text(path)?;
+    parse(&read_text(path)?, shown)
+}
+
+/// Parses and checks a sidecar file's `text` (read from a file or a bundle); `shown`
+/// names it in messages.
+pub fn parse<T: Sidecar>(text: &str, shown: &Path) -> Result<T> {
     let file = SourceFile {
         path: shown.to_path_buf(),
-        text: &text,
+        text,
     };
     let parsed: T = file.parse()?;
     if !(T::READS_FROM..=T::VERSION).contains(&parsed.version()) {

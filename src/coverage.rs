@@ -1,0 +1,454 @@
+//! Will every GPU of a fleet find what it needs without compiling? Per kernel and GPU:
+//! how each config of the lock would load (a cubin of exactly its capability, a
+//! compatible cubin, PTX only, nothing, or a cubin its driver is too old for), whether
+//! `kart.tune` has records for that GPU (and, for listed problems, whether `best()`
+//! answers from a record or falls back), and whether the blobs it would load are
+//! attested on it. Pure: the lock, the sidecars and the fleet in, a report out.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::Serialize;
+
+use kart_runtime::model::{ArtifactKind, Config, Problem};
+use kart_runtime::resolve::{JitPolicy, cubin_fit, ptx_fit, required_driver_version};
+use kart_runtime::store::lockfile::{LockedArtifact, Lockfile, pick};
+use kart_runtime::target::TargetArch;
+use kart_runtime::trace::TraceRecord;
+
+use crate::attest::AttestFile;
+use crate::project::Project;
+use crate::project::fleet::{FleetGpu, cuda_of_driver, parse_capability};
+use crate::tune::{Source, TuneFile};
+
+/// How one config loads on one GPU.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Load {
+    /// A cubin built for exactly this capability.
+    Exact,
+    /// A cubin of the same major and a lower minor (or an `f` family cubin).
+    Compatible,
+    /// Only PTX, which the driver would JIT-compile (kart forbids it by default).
+    PtxOnly,
+    /// A cubin fits, but its nvcc needs a newer driver than this GPU's.
+    DriverTooOld,
+    /// Nothing.
+    None,
+}
+
+/// What a gap is about; `--require` names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Need {
+    /// Every config loads a cubin.
+    Cubin,
+    /// `kart.tune` has records for the GPU, and every listed problem has its own.
+    Tuned,
+    /// Every blob the GPU would load is attested on it.
+    Attested,
+}
+
+impl std::str::FromStr for Need {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Need, String> {
+        match s {
+            "cubin" => Ok(Need::Cubin),
+            "tuned" => Ok(Need::Tuned),
+            "attested" => Ok(Need::Attested),
+            _ => Err(format!("`{s}` is not cubin, tuned or attested")),
+        }
+    }
+}
+
+/// How `best()` answers one problem on one GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct ProblemAnswer {
+    /// The problem.
+    pub problem: Problem,
+    /// `exact`, `nearest`, `default`, or `error` (best() has no answer).
+    pub source: String,
+    /// The kernel and config chosen, or why none.
+    pub answer: String,
+}
+
+/// One kernel on one GPU.
+#[derive(Clone, Debug, Serialize)]
+pub struct CoverageRow {
+    /// The kernel.
+    pub kernel: String,
+    /// The GPU's name.
+    pub gpu: String,
+    /// Its compute capability.
+    pub capability: String,
+    /// The CUDA version its driver supports, if the fleet says.
+    pub cuda: Option<String>,
+    /// The kernel's configs in the lock.
+    pub configs: usize,
+    /// How many configs load each way.
+    pub loads: BTreeMap<String, usize>,
+    /// Whether the kernel is tuned (`[tune]`, the base of its family).
+    pub tunable: bool,
+    /// Its usable tuning records for this GPU (not stale).
+    pub tune_records: usize,
+    /// `best()`'s answer for each listed problem.
+    pub problems: Vec<ProblemAnswer>,
+    /// The blobs this GPU would load.
+    pub loadable: usize,
+    /// Of those, how many are attested on this GPU.
+    pub attested: usize,
+    /// What is missing.
+    pub gaps: Vec<Need>,
+}
+
+/// The whole report.
+#[derive(Clone, Debug, Serialize)]
+pub struct Coverage {
+    /// Where the fleet came from (`kart.toml`, a file, or the sidecars).
+    pub fleet_source: String,
+    /// One row per kernel and GPU.
+    pub rows: Vec<CoverageRow>,
+}
+
+impl Coverage {
+    /// The rows with a gap among `required`.
+    pub fn failing<'a>(&'a self, required: &'a [Need]) -> impl Iterator<Item = &'a CoverageRow> {
+        self.rows
+            .iter()
+            .filter(|r| r.gaps.iter().any(|g| required.contains(g)))
+    }
+}
+
+/// The GPUs `kart.attest` and `kart.tune` name, for a project that declares no fleet:
+/// the machines its kernels were proven and tuned on.
+pub fn fleet_of_records(attest: &AttestFile, tune: &TuneFile) -> Vec<FleetGpu> {
+    let mut by_name: BTreeMap<String, FleetGpu> = BTreeMap::new();
+    for a in &attest.records {
+        let Some(capability) = parse_capability(&a.capability) else {
+            continue;
+        };
+        let gpu = FleetGpu {
+            name: a.gpu.clone(),
+            capability,
+            cuda: cuda_of_driver(&a.driver),
+        };
+        match by_name.get(&a.gpu) {
+            // The newest driver seen for a name.
+            Some(known) if known.cuda >= gpu.cuda => {}
+            _ => {
+                by_name.insert(a.gpu.clone(), gpu);
+            }
+        }
+    }
+    for r in &tune.records {
+        if by_name.contains_key(&r.gpu) {
+            continue;
+        }
+        let Ok(target) = r.target.parse::<TargetArch>() else {
+            continue;
+        };
+        let capability = kart_runtime::resolve::Capability {
+            major: target.major,
+            minor: target.minor,
+        };
+        by_name.insert(
+            r.gpu.clone(),
+            FleetGpu {
+                name: r.gpu.clone(),
+                capability,
+                cuda: None,
+            },
+        );
+    }
+    by_name.into_values().collect()
+}
+
+/// The problems a trace met, per kernel family base: launches that named a problem
+/// and `best()` answers that fell back.
+pub fn problems_of_trace(
+    project: &Project,
+    trace: &[TraceRecord],
+) -> BTreeMap<String, BTreeSet<Problem>> {
+    let mut out: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
+    for r in trace {
+        let (kernel, problem) = match r {
+            TraceRecord::Launch {
+                kernel,
+                problem: Some(problem),
+                ..
+            } => (kernel, problem),
+            TraceRecord::Fallback {
+                kernel, problem, ..
+            } => (kernel, problem),
+            TraceRecord::Launch { problem: None, .. } => continue,
+        };
+        let base = project
+            .kernels
+            .iter()
+            .find(|k| &k.name == kernel)
+            .and_then(|k| k.variant_of.as_ref().map(|v| v.base.clone()))
+            .unwrap_or_else(|| kernel.clone());
+        out.entry(base).or_default().insert(problem.clone());
+    }
+    out
+}
+
+/// Inputs of [`coverage`].
+pub struct CoverageInput<'a> {
+    /// The project (kernels' `[tune]`, `default` and variants).
+    pub project: &'a Project,
+    /// The lock.
+    pub lock: &'a Lockfile,
+    /// `kart.tune`.
+    pub tune: &'a TuneFile,
+    /// `kart.attest`.
+    pub attest: &'a AttestFile,
+    /// The fleet.
+    pub fleet: &'a [FleetGpu],
+    /// Where it came from.
+    pub fleet_source: String,
+    /// Only these kernels (empty: every kernel of the lock).
+    pub kernels: &'a [String],
+    /// Problems to check `best()` on, per kernel (family base).
+    pub problems: &'a BTreeMap<String, BTreeSet<Problem>>,
+}
+
+/// The report: every selected kernel of the lock on every GPU of the fleet.
+pub fn coverage(input: &CoverageInput<'_>) -> Coverage {
+    let mut by_kernel: BTreeMap<&str, BTreeMap<&Config, Vec<&LockedArtifact>>> = BTreeMap::new();
+    for a in &input.lock.artifacts {
+        if input.kernels.is_empty() || input.kernels.contains(&a.kernel) {
+            by_kernel
+                .entry(&a.kernel)
+                .or_default()
+                .entry(&a.config)
+                .or_default()
+                .push(a);
+        }
+    }
+    let mut rows = Vec::new();
+    for (kernel, configs) in &by_kernel {
+        for gpu in input.fleet {
+            rows.push(row(input, kernel, configs, gpu));
+        }
+    }
+    Coverage {
+        fleet_source: input.fleet_source.clone(),
+        rows,
+    }
+}
+
+fn row(
+    input: &CoverageInput<'_>,
+    kernel: &str,
+    configs: &BTreeMap<&Config, Vec<&LockedArtifact>>,
+    gpu: &FleetGpu,
+) -> CoverageRow {
+    let mut loads: BTreeMap<String, usize> = BTreeMap::new();
+    let mut loaded: Vec<&LockedArtifact> = Vec::new();
+    for group in configs.values() {
+        let (how, artifact) = load_of(group, gpu);
+        if let Some(a) = artifact {
+            loaded.push(a);
+        }
+        let name = serde_json::to_value(how)
+            .ok()
+            .and_then(|v| v.as_str().map(str::to_string))
+            .unwrap_or_default();
+        *loads.entry(name).or_default() += 1;
+    }
+    let attested = loaded
+        .iter()
+        .filter(|a| {
+            input
+                .attest
+                .records
+                .iter()
+                .any(|r| r.digest == a.digest && r.gpu == gpu.name)
+        })
+        .count();
+    let project_kernel = input.project.kernels.iter().find(|k| k.name == kernel);
+    let tunable = project_kernel.is_some_and(|k| k.tune.is_some() && k.variant_of.is_none());
+    let mut tune_records = 0;
+    let mut problems = Vec::new();
+    if tunable && let Ok(family) = input.project.family(kernel) {
+        tune_records = input
+            .tune
+            .records
+            .iter()
+            .filter(|r| r.kernel == kernel && r.gpu == gpu.name && !r.is_stale(input.lock))
+            .count();
+        for problem in input.problems.get(kernel).into_iter().flatten() {
+            let answer = crate::tune::best(
+                input.tune,
+                input.lock,
+                &family,
+                &gpu.name,
+                gpu.capability,
+                problem,
+            );
+            problems.push(match answer {
+                Ok(choice) => ProblemAnswer {
+                    problem: problem.clone(),
+                    source: match choice.source {
+                        Source::Exact => "exact",
+                        Source::Nearest(_) => "nearest",
+                        Source::Default => "default",
+                    }
+                    .into(),
+                    answer: format!("{}[{}]", choice.kernel, choice.config),
+                },
+                Err(e) => ProblemAnswer {
+                    problem: problem.clone(),
+                    source: "error".into(),
+                    answer: e.to_string(),
+                },
+            });
+        }
+    }
+    let mut gaps = Vec::new();
+    let cubins =
+        loads.get("exact").copied().unwrap_or(0) + loads.get("compatible").copied().unwrap_or(0);
+    if cubins < configs.len() {
+        gaps.push(Need::Cubin);
+    }
+    if tunable && (tune_records == 0 || problems.iter().any(|p| p.source != "exact")) {
+        gaps.push(Need::Tuned);
+    }
+    if attested < loaded.len() || loaded.is_empty() {
+        gaps.push(Need::Attested);
+    }
+    CoverageRow {
+        kernel: kernel.to_string(),
+        gpu: gpu.name.clone(),
+        capability: gpu.capability.to_string(),
+        cuda: gpu.cuda.map(kart_runtime::resolve::format_cuda_version),
+        configs: configs.len(),
+        loads,
+        tunable,
+        tune_records,
+        problems,
+        loadable: loaded.len(),
+        attested,
+        gaps,
+    }
+}
+
+/// How the artifacts of one config load on `gpu`, and the cubin it loads if any.
+pub fn load_of<'a>(
+    group: &[&'a LockedArtifact],
+    gpu: &FleetGpu,
+) -> (Load, Option<&'a LockedArtifact>) {
+    let Some(cubin) = pick(group, gpu.capability, JitPolicy::Forbid) else {
+        let ptx = group.iter().any(|a| {
+            a.kind == ArtifactKind::Ptx
+                && a.target
+                    .parse::<TargetArch>()
+                    .is_ok_and(|t| ptx_fit(t, gpu.capability).is_some())
+        });
+        return (if ptx { Load::PtxOnly } else { Load::None }, None);
+    };
+    if let (Some(cuda), Some(required)) = (gpu.cuda, required_driver_version(&cubin.nvcc))
+        && cuda < required
+    {
+        return (Load::DriverTooOld, None);
+    }
+    let exact = cubin
+        .target
+        .parse::<TargetArch>()
+        .is_ok_and(|t| cubin_fit(t, gpu.capability).is_some() && t.minor == gpu.capability.minor);
+    (
+        if exact { Load::Exact } else { Load::Compatible },
+        Some(cubin),
+    )
+}
+
+/// The artifacts the fleet's GPUs load: for each config of the selected kernels (all
+/// when `kernels` is empty), the cubin each GPU picks by the resolution rules and
+/// whose nvcc its driver supports. Sorted, each once.
+pub fn fleet_artifacts<'a>(
+    lock: &'a Lockfile,
+    fleet: &[FleetGpu],
+    wanted: &dyn Fn(&LockedArtifact) -> bool,
+) -> Vec<&'a LockedArtifact> {
+    let mut groups: BTreeMap<(&str, &Config), Vec<&LockedArtifact>> = BTreeMap::new();
+    for a in lock.artifacts.iter().filter(|a| wanted(a)) {
+        groups.entry((&a.kernel, &a.config)).or_default().push(a);
+    }
+    let mut out: Vec<&LockedArtifact> = Vec::new();
+    for group in groups.values() {
+        for gpu in fleet {
+            if let (_, Some(a)) = load_of(group, gpu) {
+                out.push(a);
+            }
+        }
+    }
+    out.sort_by(|a, b| a.id().cmp(&b.id()));
+    out.dedup_by(|a, b| a.id() == b.id());
+    out
+}
+
+/// Reads a problems file: `[[problem]]` tables, each a `kernel` and the problem's
+/// integer keys (`[tune]`'s problem keys of that kernel).
+///
+/// ```toml
+/// [[problem]]
+/// kernel = "flash_attn"
+/// B = 4
+/// H = 16
+/// S = 4096
+/// D = 128
+/// ```
+pub fn read_problems(
+    path: &std::path::Path,
+    shown: &std::path::Path,
+) -> crate::error::Result<BTreeMap<String, BTreeSet<Problem>>> {
+    #[derive(serde::Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct File {
+        #[serde(default)]
+        problem: Vec<toml::Spanned<BTreeMap<String, toml::Spanned<toml::Value>>>>,
+    }
+    let text = kart_runtime::text::read_text(path)?;
+    let file = kart_runtime::text::SourceFile {
+        path: shown.to_path_buf(),
+        text: &text,
+    };
+    let parsed: File = file.parse()?;
+    let mut out: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
+    for table in &parsed.problem {
+        let mut kernel = None;
+        let mut problem = Problem::new();
+        for (key, value) in table.get_ref() {
+            match (key.as_str(), value.get_ref()) {
+                ("kernel", toml::Value::String(name)) => {
+                    kart_runtime::untrusted::identifier("kernel", name).map_err(|e| {
+                        file.error(value.span(), e, "the kernel's name, as in kernel.toml")
+                    })?;
+                    kernel = Some(name.clone());
+                }
+                (name, toml::Value::Integer(v)) => {
+                    kart_runtime::untrusted::identifier("problem key", name).map_err(|e| {
+                        file.error(value.span(), e, "problem keys are names like `M` or `SEQ`")
+                    })?;
+                    problem.insert(name.to_string(), *v);
+                }
+                (name, _) => {
+                    return Err(file.error(
+                        value.span(),
+                        format!("`{name}` must be an integer (or `kernel`, a string)"),
+                        "a problem is a kernel's name and integer keys: `M = 4096`",
+                    ));
+                }
+            }
+        }
+        let Some(kernel) = kernel else {
+            return Err(file.error(
+                table.span(),
+                "a `[[problem]]` without `kernel`",
+                "add `kernel = \"NAME\"`",
+            ));
+        };
+        out.entry(kernel).or_default().insert(problem);
+    }
+    Ok(out)
+}

@@ -4,6 +4,7 @@ from __future__ import annotations
 import base64
 import ctypes
 import hashlib
+import json
 import math
 import os
 import struct
@@ -794,6 +795,37 @@ def _slot_packer(name, kinds, format, slots, params):
     return scope["pack"]
 
 
+# --- The trace (KART_TRACE): one JSON line per distinct (kernel, config, target,
+# problem, GPU) launched and per best() answer without a record of its own, in the
+# runtime crate's format (`kart coverage --trace`, `kart bundle --trace` read it).
+# Written only when something new is seen (a launcher's first launch on a device, a
+# new problem's geometry, a best() miss): never a file write on a repeated launch.
+
+_TRACE_PATH = os.environ.get("KART_TRACE") or None
+
+
+def _trace(record):
+    """Appends one record as one write of one line (several processes may share the
+    file); a failed write is reported and never fails the launch."""
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    try:
+        fd = os.open(_TRACE_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)
+        finally:
+            os.close(fd)
+    except OSError as e:
+        sys.stderr.write(f"kart: cannot write the trace {_TRACE_PATH!r}: {e}\n")
+
+
+def _trace_launch(artifact, problem, device):
+    major, minor = _device_capability(device)
+    _trace({"event": "launch", "kernel": artifact["kernel"], "config": artifact["config"],
+            "target": artifact["target"], "digest": artifact["sha256"],
+            "problem": dict(problem) if problem is not None else None,
+            "gpu": _gpu_name(device), "capability": f"{major}.{minor}"})
+
+
 class _Bound:
     """What a launcher keeps per CUDA context: everything a launch needs that cannot
     change while the context lives."""
@@ -883,7 +915,10 @@ class Launcher:
                 f"`kart export --python --target {want} ...`"
             )
         artifact = self._artifacts[target]
-        return lib, ctx, artifact, _function(lib, ctx, artifact, self.entry)
+        function = _function(lib, ctx, artifact, self.entry)
+        if _TRACE_PATH is not None:
+            _trace_launch(artifact, None, device)
+        return lib, ctx, artifact, function
 
     def load_now(self, device=0):
         """Load (verify, load, resolve) for the current context now."""
@@ -1017,10 +1052,14 @@ class Launcher:
         if self._made is not None:
             args = self._call_args(key, args, problem, device)
         geometry = self._geometry.get(key)
-        if geometry is None:
+        new = geometry is None
+        if new:
             geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem, device)
         grid, block, shared = geometry
         self(grid, block, *args, shared_mem=shared, stream=stream, device=device)
+        if new and _TRACE_PATH is not None:
+            target = _resolve(_device_capability(device), list(self._artifacts))
+            _trace_launch(self._artifacts[target], problem, device)
 
     def _plan(self, key, problem, device):
         """Each made parameter with its sizes evaluated for `problem`: ("pass",),
@@ -1349,12 +1388,17 @@ def _best_uncached(kernel, gpu, problem, capability=lambda: _device_capability(0
 
     if candidates:
         record = min(candidates, key=distance)
-        return load(record.get("variant") or kernel, **record["config"])
+        chosen = record.get("variant") or kernel
+        if _TRACE_PATH is not None and record["problem"] != problem:
+            _trace_fallback(kernel, problem, gpu, capability, chosen, record["config"], "nearest")
+        return load(chosen, **record["config"])
     family = _family(kernel)
     defaults = [(k, c) for k, c in ((k, _default_config(k, problem)) for k in family) if c is not None]
     if not defaults:
         raise KartError(f"no tuning record of {kernel} fits this problem on {gpu}, and it has no default")
     if len(defaults) == 1:
+        if _TRACE_PATH is not None:
+            _trace_fallback(kernel, problem, gpu, capability, defaults[0][0], defaults[0][1], "default")
         return load(defaults[0][0], **defaults[0][1])
     # Variants: the default of the kernel whose cubin this GPU prefers.
     device = capability()
@@ -1368,7 +1412,15 @@ def _best_uncached(kernel, gpu, problem, capability=lambda: _device_capability(0
         raise NoCubinForThisGPU(f"no exported cubin of {', '.join(family)} runs on a GPU of compute capability "
                                 f"{device[0]}.{device[1]}; exported: {', '.join(sorted(targets))}")
     k, config = targets[chosen]
+    if _TRACE_PATH is not None:
+        _trace_fallback(kernel, problem, gpu, lambda: device, k, config, "default")
     return load(k, **config)
+
+
+def _trace_fallback(kernel, problem, gpu, capability, chose, config, source):
+    major, minor = capability()
+    _trace({"event": "fallback", "kernel": kernel, "problem": dict(problem), "gpu": gpu,
+            "capability": f"{major}.{minor}", "chose": chose, "config": dict(config), "source": source})
 
 
 # --- Data: what was exported (written by kart).

@@ -66,6 +66,24 @@ def main(module_path, cases_path, lock_path, expr_path):
         if not (first is again and first.config == slow.config and first.entry == slow.entry):
             check("memoized best() answers what the unmemoized one does", False, problem)
     check("memoized best() answers what the unmemoized one does (200 random problems, repeats hit)", True)
+    # The trace (KART_TRACE): a best() answer without a record of its own is written
+    # once, as one line in the runtime crate's format; a repeat writes nothing.
+    import os
+    import tempfile
+    with tempfile.TemporaryDirectory() as tmp:
+        trace = os.path.join(tmp, "trace.jsonl")
+        mod._TRACE_PATH = trace
+        try:
+            mod.best("grid", gpu="NVIDIA H200", capability=(9, 0), N=77)
+            mod.best("grid", gpu="NVIDIA H200", capability=(9, 0), N=77)
+        finally:
+            mod._TRACE_PATH = None
+        with open(trace) as f:
+            lines = [json.loads(line) for line in f]
+        check("best() falling back to the default is traced once", lines == [{
+            "event": "fallback", "kernel": "grid", "problem": {"N": 77}, "gpu": "NVIDIA H200",
+            "capability": "9.0", "chose": "grid", "config": {"A": 1, "B": 16}, "source": "default"}], lines)
+    check("tracing touched no GPU", mod._driver is None)
     launcher = mod.load("grid", A=1, B=16)
     check("a launcher is made without the GPU", mod._driver is None)
     dims = launcher.dims(N=100)

@@ -183,11 +183,13 @@ impl Bundle {
             message,
         };
         let mut header = [0u8; HEADER_BYTES as usize];
-        if len < HEADER_BYTES || file.read_exact_at(&mut header, 0).is_err() {
-            return Err(bad(format!("{len} bytes: too short to be a bundle")));
-        }
-        if &header[..8] != BUNDLE_MAGIC {
+        let start = &mut header[..(len.min(HEADER_BYTES) as usize)];
+        file.read_exact_at(start, 0).at("read bundle", path)?;
+        if len < 8 || &header[..8] != BUNDLE_MAGIC {
             return Err(bad("not a kart bundle (no KARTBNDL at its start)".into()));
+        }
+        if len < HEADER_BYTES {
+            return Err(bad(format!("{len} bytes: too short to be a bundle")));
         }
         let format = u32::from_le_bytes([header[8], header[9], header[10], header[11]]);
         if format != BUNDLE_FORMAT {
@@ -297,7 +299,7 @@ impl Bundle {
             .at("read bundle", &self.path)?;
         let bytes = if b.zstd {
             crate::store::decompress_bounded(&stored, Some(b.size))
-                .map_err(|why| bad(format!("blob {digest}: {why}")))?
+                .map_err(|why| bad(format!("blob {digest} is corrupt: {why}")))?
         } else {
             stored
         };

@@ -319,8 +319,8 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-/// `kart bundle --inspect`.
-pub fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
+/// `kart bundle --inspect`: the bundle at `path`, named `shown` (as given).
+pub fn inspect(path: &Path, shown: &Path, json: bool) -> Result<ExitCode> {
     let bundle = kart::store::bundle::Bundle::open(path)?;
     let rows = kart::bundle::inspect(&bundle)?;
     let tune = TuneFile::from_bundle(&bundle)?;
@@ -330,14 +330,14 @@ pub fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
     } else {
         kart::store::sidecar::parse::<AttestFile>(
             &index.attest,
-            &PathBuf::from(format!("{}:kart.attest", path.display())),
+            &PathBuf::from(format!("{}:kart.attest", shown.display())),
         )?
         .records
         .len()
     };
     if json {
         let report = serde_json::json!({
-            "path": path,
+            "path": shown,
             "kart": index.kart,
             "made_for": index.made_for,
             "rows": rows,
@@ -350,7 +350,7 @@ pub fn inspect(path: &Path, json: bool) -> Result<ExitCode> {
         );
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{} (kart {})", path.display(), index.kart);
+    println!("{} (kart {})", shown.display(), index.kart);
     println!("made for: {}", index.made_for.join(", "));
     let width = rows
         .iter()

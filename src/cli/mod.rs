@@ -491,7 +491,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
     } = &cli.command
     {
         // Works anywhere: a bundle is read where it is deployed, with no project.
-        return fleet::inspect(&cwd.join(path), *json);
+        return fleet::inspect(&cwd.join(path), path, *json);
     }
     let project = Project::discover(&cwd)?;
     if let Command::Toolchain { action } = &cli.command {

@@ -239,7 +239,8 @@ pub fn build(
         ));
     }
 
-    let (failed_count, failures) = compile_all(ws, &toolchain, &to_compile, options, reporter);
+    let (failed_count, failures) =
+        compile_all(ws, &toolchain, &to_compile, &old_lock, options, reporter);
     let compiled = to_compile.len() - failed_count;
 
     let mut summary = BuildSummary {
@@ -299,13 +300,15 @@ fn compile_all(
     ws: &Workspace,
     toolchain: &Toolchain,
     jobs: &[&Planned],
+    old_lock: &Lockfile,
     options: &BuildOptions,
     reporter: &dyn BuildReporter,
 ) -> (usize, Vec<String>) {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let skipped = AtomicUsize::new(0);
     let host_compiler = toolchain.host_compiler();
-    let batches = batches(ws, toolchain, jobs, options);
+    let past = past_compile_times(ws, old_lock, jobs);
+    let batches = batches(ws, toolchain, jobs, &past, options);
     let outcomes = crate::pool::parallel_map(&batches, options.jobs, |batch| {
         if stop.load(Ordering::Relaxed) {
             skipped.fetch_add(batch.len(), Ordering::Relaxed);
@@ -369,14 +372,42 @@ fn compile_all(
     (failed_count, failures)
 }
 
+/// Milliseconds per config that each kernel of `jobs` took to compile last time: the
+/// mean `compile_ms` of the action entries of its artifacts in the previous lock (at
+/// most 16 read per kernel; entries of format 2 have none).
+fn past_compile_times(
+    ws: &Workspace,
+    old_lock: &Lockfile,
+    jobs: &[&Planned],
+) -> std::collections::HashMap<usize, u64> {
+    let mut out = std::collections::HashMap::new();
+    let kernels: std::collections::BTreeSet<usize> = jobs.iter().map(|p| p.kernel).collect();
+    for k in kernels {
+        let name = &ws.project.kernels[k].name;
+        let times: Vec<u64> = old_lock
+            .artifacts
+            .iter()
+            .filter(|a| &a.kernel == name)
+            .take(16)
+            .filter_map(|a| ws.store.get_entry(&a.key).ok().flatten())
+            .filter_map(|e| e.compile_ms)
+            .collect();
+        if !times.is_empty() {
+            out.insert(k, times.iter().sum::<u64>() / times.len() as u64);
+        }
+    }
+    out
+}
+
 /// The compiles to run, in the order to start them: configs that may share a
 /// front-end pass ([`batch::batch_key`]) in batches of `options.batch` (or of the size
-/// kart chooses), the rest one by one. Batches of template kernels start first: they
-/// are the slow compiles, and a build should not end on one core behind them.
+/// kart chooses), the rest one by one; the longest first ([`longest_first`]), so a
+/// build does not end on one core behind a slow compile.
 fn batches<'a>(
     ws: &Workspace,
     toolchain: &Toolchain,
     jobs: &[&'a Planned],
+    past: &std::collections::HashMap<usize, u64>,
     options: &BuildOptions,
 ) -> Vec<Vec<&'a Planned>> {
     let mut groups: Vec<(Option<String>, Vec<&'a Planned>)> = Vec::new();
@@ -402,9 +433,26 @@ fn batches<'a>(
             .max(1);
         out.extend(members.chunks(size).map(|c| (true, c.to_vec())));
     }
-    // Stable: template batches first, the rest in plan order.
-    out.sort_by_key(|(template, _)| !template);
-    out.into_iter().map(|(_, b)| b).collect()
+    let estimated = out
+        .into_iter()
+        .map(|(template, b)| {
+            let per_config = b.first().and_then(|p| past.get(&p.kernel)).copied();
+            (template, per_config.map(|ms| ms * b.len() as u64), b)
+        })
+        .collect();
+    longest_first(estimated)
+}
+
+/// Orders compiles by their expected time, longest first: the time the kernel's
+/// configs took last time, where known; a compile with no record of its kernel goes
+/// first if it is a template batch (the slow kind) and last otherwise. Stable: equal
+/// estimates keep the plan's order.
+fn longest_first<T>(compiles: Vec<(bool, Option<u64>, T)>) -> Vec<T> {
+    let mut compiles = compiles;
+    compiles.sort_by_key(|(template, estimate, _)| {
+        std::cmp::Reverse(estimate.unwrap_or(if *template { u64::MAX } else { 0 }))
+    });
+    compiles.into_iter().map(|(_, _, c)| c).collect()
 }
 
 /// Compiles one batch: through one front-end pass when it holds several configs,
@@ -564,6 +612,7 @@ fn store_output(
         host_compiler: host_compiler.to_string(),
         stderr: out.stderr,
         preimage: p.preimage.clone(),
+        compile_ms: Some(out.elapsed.as_millis().min(u128::from(u64::MAX)) as u64),
     };
     ws.store.put_entry(&entry).map_err(store_failure)?;
     Ok(out.elapsed)
@@ -762,4 +811,32 @@ pub fn parse_param(text: &str) -> std::result::Result<(String, ParamValue), Stri
     let value = ParamValue::parse(value.trim())
         .ok_or_else(|| format!("`{value}` is neither an integer nor an identifier"))?;
     Ok((name.trim().to_string(), value))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::longest_first;
+
+    #[test]
+    fn compiles_start_longest_first_and_unknown_template_batches_before_all() {
+        let order = longest_first(vec![
+            (false, Some(700), "sgemm"),
+            (true, Some(9_000), "cute batch, known"),
+            (false, None, "new extern C kernel"),
+            (true, None, "new template batch"),
+            (false, Some(4_000), "slow extern C"),
+            (false, Some(700), "sgemm, second"),
+        ]);
+        assert_eq!(
+            order,
+            [
+                "new template batch",
+                "cute batch, known",
+                "slow extern C",
+                "sgemm",
+                "sgemm, second",
+                "new extern C kernel"
+            ]
+        );
+    }
 }

@@ -34,6 +34,20 @@ fn builds_a_grid_for_two_targets_and_a_noop_rebuild_runs_no_nvcc() {
     p.ok(&["build", "--jobs", "2"]);
     // 2×2 grid minus one excluded config, × 2 targets.
     assert_eq!(p.compiles(), 6);
+    // Each action entry records how long its compile took (the next build starts the
+    // slowest kernels first from it).
+    let actions = p.root().join("artifacts/v1/actions");
+    let mut entries = 0;
+    for shard in std::fs::read_dir(&actions).unwrap().flatten() {
+        for f in std::fs::read_dir(shard.path()).unwrap().flatten() {
+            let e: serde_json::Value =
+                serde_json::from_slice(&std::fs::read(f.path()).unwrap()).unwrap();
+            assert_eq!(e["format"], 3, "{e:#}");
+            assert!(e["compile_ms"].as_u64().is_some_and(|ms| ms > 0), "{e:#}");
+            entries += 1;
+        }
+    }
+    assert_eq!(entries, 6);
     let lock = p.read("kart.lock");
     assert_eq!(lock.matches("[[artifact]]").count(), 6, "{lock}");
     assert!(

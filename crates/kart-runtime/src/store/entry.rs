@@ -9,16 +9,21 @@ use crate::digest::{Preimage, is_sha256_hex};
 use crate::model::{ArtifactKind, Config};
 use crate::store::MAX_BLOB_BYTES;
 
-/// Bump with any incompatible change of [`ActionEntry`]. Entries of another format are
-/// misses (rebuilt and overwritten), not corruption. 2: entries record parameter sizes.
-pub const ENTRY_FORMAT: u32 = 2;
+/// Bump with any change of [`ActionEntry`]. Entries of a format this kart does not read
+/// are misses (rebuilt and overwritten), not corruption. 2: entries record parameter
+/// sizes; 3: and how long the compile took (`compile_ms`).
+pub const ENTRY_FORMAT: u32 = 3;
 
-/// Whether `json` is an action entry of another format than [`ENTRY_FORMAT`].
+/// The oldest format this kart still reads: format 2 is format 3 without `compile_ms`.
+/// (A kart that reads only format 2 takes format-3 entries for misses.)
+pub const OLDEST_ENTRY_FORMAT: u32 = 2;
+
+/// Whether `json` is an action entry of a format this kart does not read.
 pub fn is_other_format(json: &[u8]) -> bool {
     serde_json::from_slice::<serde_json::Value>(json)
         .ok()
         .and_then(|v| v.get("format").and_then(serde_json::Value::as_u64))
-        .is_some_and(|f| f != u64::from(ENTRY_FORMAT))
+        .is_some_and(|f| !(u64::from(OLDEST_ENTRY_FORMAT)..=u64::from(ENTRY_FORMAT)).contains(&f))
 }
 
 /// What an action key produced: stored as `actions/ab/<key>.json`.
@@ -51,6 +56,11 @@ pub struct ActionEntry {
     pub stderr: String,
     /// Every input of the key, for `kart explain`.
     pub preimage: Preimage,
+    /// How long the compile took, in milliseconds of wall time (a config compiled in a
+    /// batch: its share of the front end plus its own `ptxas`): `kart build` starts
+    /// the kernels that compiled slowest last time first. Absent in format 2.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub compile_ms: Option<u64>,
 }
 
 impl ActionEntry {
@@ -72,11 +82,14 @@ impl ActionEntry {
     /// Checks the fields that name files or blobs, so a hostile entry cannot point kart
     /// anywhere but into the store.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        if self.format != ENTRY_FORMAT {
+        if !(OLDEST_ENTRY_FORMAT..=ENTRY_FORMAT).contains(&self.format) {
             return Err(format!(
-                "entry format {} (this kart reads {ENTRY_FORMAT})",
+                "entry format {} (this kart reads {OLDEST_ENTRY_FORMAT} to {ENTRY_FORMAT})",
                 self.format
             ));
+        }
+        if self.compile_ms.is_some_and(|ms| ms > 86_400_000) {
+            return Err("a compile time of more than a day".into());
         }
         if !is_sha256_hex(&self.key) || !is_sha256_hex(&self.digest) {
             return Err("key or digest is not 64 lower-case hex digits".into());
@@ -97,5 +110,37 @@ impl ActionEntry {
             e.validate()?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const KEY: &str = "09d664e59bda56bd09fcfa455532d7ff1e20761883e48449228d09290ed1e428";
+
+    #[test]
+    fn format_2_entries_are_read_newer_and_older_ones_are_misses() {
+        let corpus = include_str!("../../../../tests/corpus/action-entry.json");
+        let two = ActionEntry::parse(corpus.as_bytes(), KEY).unwrap().unwrap();
+        assert_eq!((two.format, two.compile_ms), (2, None));
+        let mut value: serde_json::Value = serde_json::from_str(corpus).unwrap();
+        value["format"] = 3.into();
+        value["compile_ms"] = 1234.into();
+        let three = ActionEntry::parse(value.to_string().as_bytes(), KEY)
+            .unwrap()
+            .unwrap();
+        assert_eq!(three.compile_ms, Some(1234));
+        for other in [1, 4] {
+            value["format"] = other.into();
+            assert!(
+                ActionEntry::parse(value.to_string().as_bytes(), KEY)
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        value["format"] = 3.into();
+        value["compile_ms"] = u64::MAX.into();
+        assert!(ActionEntry::parse(value.to_string().as_bytes(), KEY).is_err());
     }
 }

@@ -314,7 +314,8 @@ fn row(
     if tunable && (tune_records == 0 || problems.iter().any(|p| p.source != "exact")) {
         gaps.push(Need::Tuned);
     }
-    if attested < loaded.len() || loaded.is_empty() {
+    // Nothing to load is the cubin gap, not also an attestation one.
+    if attested < loaded.len() {
         gaps.push(Need::Attested);
     }
     CoverageRow {

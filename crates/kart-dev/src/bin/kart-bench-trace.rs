@@ -9,7 +9,7 @@
 //!     (host time to enqueue, the stream synchronized after each round).
 //! Then the medians over the children of each mode and the differences on − off. Run
 //! from the repository root after `kart build`; prints figures, asserts nothing.
-//! Usage: kart-bench-trace [CHILDREN_PER_MODE]   (default 3)
+//! Usage: `kart-bench-trace [CHILDREN_PER_MODE]` (default 3)
 
 use std::hint::black_box;
 use std::path::Path;

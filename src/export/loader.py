@@ -806,15 +806,16 @@ _TRACE_PATH = os.environ.get("KART_TRACE") or None
 
 def _trace(record):
     """Appends one record as one write of one line (several processes may share the
-    file); a failed write is reported and never fails the launch."""
-    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    file); a record that cannot be written (a problem value that is no integer, a full
+    disk) is reported and never fails the launch."""
     try:
+        line = (json.dumps(record, separators=(",", ":"), default=int) + "\n").encode()
         fd = os.open(_TRACE_PATH, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
         try:
             os.write(fd, line)
         finally:
             os.close(fd)
-    except OSError as e:
+    except (OSError, TypeError, ValueError) as e:
         sys.stderr.write(f"kart: cannot write the trace {_TRACE_PATH!r}: {e}\n")
 
 

@@ -186,8 +186,8 @@ fn coverage_of_the_repository_over_three_gpus_says_what_loads_and_what_falls_bac
     assert!(stderr(&out).contains("bad.toml:3:"), "{}", text(&out));
 }
 
-#[test]
-fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() {
+/// A project of four configs for sm_80 and sm_90, built with the real nvcc.
+fn built_grid() -> TestProject {
     let p = TestProject::new(&["sm_80", "sm_90"]);
     p.kernel(
         "grid",
@@ -195,13 +195,17 @@ fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() 
         "[params]\nA = [1, 2]\nB = [16, 32]\n",
     );
     p.ok(&["build"]);
-    let fleet = write(
-        p.root(),
+    p
+}
+
+#[test]
+fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() {
+    let p = built_grid();
+    p.write(
         "fleet.toml",
         "[[fleet]]\nname = \"NVIDIA H100 80GB HBM3\"\ncapability = \"9.0\"\n",
     );
     p.ok(&["bundle", "--fleet", "fleet.toml", "-o", "h100.kartbundle"]);
-    let _ = fleet;
     // Only the sm_90 cubins: what an H100 loads.
     let out = p.ok(&["bundle", "--inspect", "h100.kartbundle", "--json"]);
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
@@ -267,13 +271,7 @@ fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() 
 
 #[test]
 fn a_trace_narrows_a_bundle_to_the_configs_a_workload_launched() {
-    let p = TestProject::new(&["sm_80", "sm_90"]);
-    p.kernel(
-        "grid",
-        "out[threadIdx.x] = A * 1000 + B;",
-        "[params]\nA = [1, 2]\nB = [16, 32]\n",
-    );
-    p.ok(&["build"]);
+    let p = built_grid();
     let lock: toml::Value = toml::from_str(&p.read("kart.lock")).unwrap();
     let launched = lock["artifact"]
         .as_array()

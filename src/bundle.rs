@@ -70,14 +70,7 @@ pub fn select<'a>(
     kernels: &[String],
     configs: Option<&BTreeSet<(String, Config)>>,
 ) -> Result<Vec<&'a LockedArtifact>> {
-    for k in kernels {
-        if !lock.artifacts.iter().any(|a| &a.kernel == k) {
-            return Err(Error::usage(
-                format!("kart.lock has no kernel `{k}`"),
-                Some(format!("run `kart build {k}` first")),
-            ));
-        }
-    }
+    crate::coverage::check_kernels(lock, kernels)?;
     let wanted = |a: &LockedArtifact| {
         (kernels.is_empty() || kernels.contains(&a.kernel))
             && configs.is_none_or(|c| c.contains(&(a.kernel.clone(), a.config.clone())))

@@ -21,8 +21,7 @@ use crate::project::fleet::{FleetGpu, cuda_of_driver, parse_capability};
 use crate::tune::{Source, TuneFile};
 
 /// How one config loads on one GPU.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize)]
-#[serde(rename_all = "snake_case")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
 pub enum Load {
     /// A cubin built for exactly this capability.
     Exact,
@@ -46,6 +45,24 @@ pub enum Need {
     Tuned,
     /// Every blob the GPU would load is attested on it.
     Attested,
+}
+
+impl Load {
+    /// Its name in reports (`exact`, `driver_too_old`, …).
+    pub fn name(self) -> &'static str {
+        match self {
+            Load::Exact => "exact",
+            Load::Compatible => "compatible",
+            Load::PtxOnly => "ptx_only",
+            Load::DriverTooOld => "driver_too_old",
+            Load::None => "none",
+        }
+    }
+
+    /// Whether it loads a cubin.
+    pub fn is_cubin(self) -> bool {
+        matches!(self, Load::Exact | Load::Compatible)
+    }
 }
 
 impl std::str::FromStr for Need {
@@ -85,7 +102,9 @@ pub struct CoverageRow {
     /// The kernel's configs in the lock.
     pub configs: usize,
     /// How many configs load each way.
-    pub loads: BTreeMap<String, usize>,
+    pub loads: BTreeMap<&'static str, usize>,
+    /// How many configs load a cubin (exact or compatible).
+    pub cubins: usize,
     /// Whether the kernel is tuned (`[tune]`, the base of its family).
     pub tunable: bool,
     /// Its usable tuning records for this GPU (not stale).
@@ -116,6 +135,25 @@ impl Coverage {
             .iter()
             .filter(|r| r.gaps.iter().any(|g| required.contains(g)))
     }
+}
+
+/// Refuses kernel names the lock does not have (a typo would otherwise give an empty
+/// report or bundle).
+pub fn check_kernels(lock: &Lockfile, kernels: &[String]) -> crate::error::Result<()> {
+    for k in kernels {
+        if !lock.artifacts.iter().any(|a| &a.kernel == k) {
+            let names: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
+            let hint = match crate::suggest::did_you_mean(k, names.iter().copied()) {
+                Some(guess) => guess,
+                None => format!("run `kart build {k}` first"),
+            };
+            return Err(crate::error::Error::usage(
+                format!("kart.lock has no kernel `{k}`"),
+                Some(hint),
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The GPUs `kart.attest` and `kart.tune` name, for a project that declares no fleet:
@@ -243,18 +281,16 @@ fn row(
     configs: &BTreeMap<&Config, Vec<&LockedArtifact>>,
     gpu: &FleetGpu,
 ) -> CoverageRow {
-    let mut loads: BTreeMap<String, usize> = BTreeMap::new();
+    let mut loads: BTreeMap<&'static str, usize> = BTreeMap::new();
+    let mut cubins = 0;
     let mut loaded: Vec<&LockedArtifact> = Vec::new();
     for group in configs.values() {
         let (how, artifact) = load_of(group, gpu);
         if let Some(a) = artifact {
             loaded.push(a);
         }
-        let name = serde_json::to_value(how)
-            .ok()
-            .and_then(|v| v.as_str().map(str::to_string))
-            .unwrap_or_default();
-        *loads.entry(name).or_default() += 1;
+        *loads.entry(how.name()).or_default() += 1;
+        cubins += usize::from(how.is_cubin());
     }
     let attested = loaded
         .iter()
@@ -306,8 +342,6 @@ fn row(
         }
     }
     let mut gaps = Vec::new();
-    let cubins =
-        loads.get("exact").copied().unwrap_or(0) + loads.get("compatible").copied().unwrap_or(0);
     if cubins < configs.len() {
         gaps.push(Need::Cubin);
     }
@@ -325,6 +359,7 @@ fn row(
         cuda: gpu.cuda.map(kart_runtime::resolve::format_cuda_version),
         configs: configs.len(),
         loads,
+        cubins,
         tunable,
         tune_records,
         problems,

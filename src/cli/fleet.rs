@@ -38,17 +38,18 @@ fn records(ws: &Workspace) -> Result<Records> {
 
 /// The fleet: `--fleet FILE`, else kart.toml's `[[fleet]]`, else the GPUs of
 /// kart.attest and kart.tune; and where it came from.
-pub fn fleet(ws: &Workspace, file: Option<&Path>) -> Result<(Vec<FleetGpu>, String)> {
+fn fleet(
+    ws: &Workspace,
+    file: Option<&Path>,
+    records: &Records,
+) -> Result<(Vec<FleetGpu>, String)> {
     if let Some(file) = file {
         return Ok((read_fleet_file(file, file)?, file.display().to_string()));
     }
     if !ws.project.fleet.is_empty() {
         return Ok((ws.project.fleet.clone(), "kart.toml [[fleet]]".into()));
     }
-    let root = &ws.project.root;
-    let tune = TuneFile::read(&root.join(TUNE_FILE), Path::new(TUNE_FILE))?;
-    let attest = AttestFile::read(&root.join(ATTEST_FILE), Path::new(ATTEST_FILE))?;
-    let gpus = kart::coverage::fleet_of_records(&attest, &tune);
+    let gpus = kart::coverage::fleet_of_records(&records.attest, &records.tune);
     if gpus.is_empty() {
         return Err(Error::usage(
             "no fleet: kart.toml has no [[fleet]], and kart.attest and kart.tune name no GPU",
@@ -81,16 +82,10 @@ pub struct CoverageArgs<'a> {
 
 /// `kart coverage`.
 pub fn coverage(ws: &Workspace, args: &CoverageArgs<'_>) -> Result<ExitCode> {
-    let Records { lock, tune, attest } = records(ws)?;
-    for k in args.kernels {
-        if !lock.artifacts.iter().any(|a| &a.kernel == k) {
-            return Err(Error::usage(
-                format!("kart.lock has no kernel `{k}`"),
-                Some(format!("run `kart build {k}` first")),
-            ));
-        }
-    }
-    let (gpus, source) = fleet(ws, args.fleet)?;
+    let records = records(ws)?;
+    kart::coverage::check_kernels(&records.lock, args.kernels)?;
+    let (gpus, source) = fleet(ws, args.fleet, &records)?;
+    let Records { lock, tune, attest } = records;
     let mut problems: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
     if let Some(path) = args.problems {
         problems = kart::coverage::read_problems(path, path)?;
@@ -162,14 +157,12 @@ fn print_coverage(report: &Coverage) {
                 .as_ref()
                 .map_or(String::new(), |c| format!(", CUDA {c}"))
         );
-        let cubins = r.loads.get("exact").copied().unwrap_or(0)
-            + r.loads.get("compatible").copied().unwrap_or(0);
         let how: Vec<String> = r
             .loads
             .iter()
             .map(|(how, n)| format!("{n} {}", how.replace('_', " ")))
             .collect();
-        let cubin = format!("{cubins}/{} ({})", r.configs, how.join(", "));
+        let cubin = format!("{}/{} ({})", r.cubins, r.configs, how.join(", "));
         let tuned = if !r.tunable {
             "-".to_string()
         } else if r.problems.is_empty() {
@@ -254,8 +247,9 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
             None,
         ));
     };
-    let Records { lock, tune, attest } = records(ws)?;
-    let (gpus, source) = fleet(ws, args.fleet)?;
+    let records = records(ws)?;
+    let (gpus, source) = fleet(ws, args.fleet, &records)?;
+    let Records { lock, tune, attest } = records;
     let mut made_for: Vec<String> = gpus.iter().map(FleetGpu::short).collect();
     let traced = match args.trace {
         Some(path) => {

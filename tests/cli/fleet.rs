@@ -64,19 +64,15 @@ fn coverage_of_the_repository_over_three_gpus_says_what_loads_and_what_falls_bac
         "[[problem]]\nkernel = \"flash_attn\"\nB = 1\nD = 64\nH = 8\nS = 512\ncausal = 0\n\n\
          [[problem]]\nkernel = \"flash_attn\"\nB = 3\nD = 64\nH = 5\nS = 700\ncausal = 0\n",
     );
-    let repo = repo_root();
-    let repo = repo.display().to_string();
+    let repo = repo_root().display().to_string();
     let p = TestProject::new(&["sm_90"]);
-    let out = p.kart(&[
-        "-C",
-        &repo,
-        "coverage",
-        "--fleet",
-        &fleet,
-        "--problems",
-        &problems,
-        "--json",
-    ]);
+    // `kart coverage ARGS` over the repository's lock and sidecars.
+    let coverage = |args: &[&str]| {
+        let mut all = vec!["-C", repo.as_str(), "coverage"];
+        all.extend_from_slice(args);
+        p.kart(&all)
+    };
+    let out = coverage(&["--fleet", &fleet, "--problems", &problems, "--json"]);
     assert!(out.status.success(), "{}", text(&out));
     let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let rows = report["rows"].as_array().unwrap();
@@ -139,15 +135,7 @@ fn coverage_of_the_repository_over_three_gpus_says_what_loads_and_what_falls_bac
     assert!(flash("NVIDIA H200")["tune_records"].as_u64().unwrap() > 0);
 
     // As a CI gate: the sm_90a-only kernels leave the A100s without a cubin.
-    let out = p.kart(&[
-        "-C",
-        &repo,
-        "coverage",
-        "--fleet",
-        &fleet,
-        "--require",
-        "cubin",
-    ]);
+    let out = coverage(&["--fleet", &fleet, "--require", "cubin"]);
     assert_eq!(out.status.code(), Some(1), "{}", text(&out));
     assert!(
         stderr(&out).contains("flash_attn_hopper on NVIDIA A100-SXM4-80GB: cubin"),
@@ -161,27 +149,24 @@ fn coverage_of_the_repository_over_three_gpus_says_what_loads_and_what_falls_bac
         "h200.toml",
         "[[fleet]]\nname = \"NVIDIA H200\"\ncapability = \"9.0\"\n",
     );
-    let out = p.kart(&[
-        "-C",
-        &repo,
-        "coverage",
+    let out = coverage(&[
         "flash_attn",
         "cute_gemm",
         "--fleet",
         &h200,
         "--require",
-        "cubin,tuned",
+        "cubin, tuned",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     // A bad need and a bad fleet file are refused with what to write.
-    let out = p.kart(&["-C", &repo, "coverage", "--require", "fast"]);
+    let out = coverage(&["--require", "fast"]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     let bad = write(
         tmp.path(),
         "bad.toml",
         "[[fleet]]\nname = \"NVIDIA H200\"\ncapability = \"9\"\n",
     );
-    let out = p.kart(&["-C", &repo, "coverage", "--fleet", &bad]);
+    let out = coverage(&["--fleet", &bad]);
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("bad.toml:3:"), "{}", text(&out));
 }

@@ -12,8 +12,9 @@ pub fn repo_root() -> PathBuf {
 }
 
 /// Records that the calling test could not run here and why: a line on stderr, and a
-/// file under `target/tmp/skips/` that `scripts/test` counts as a skip (never as a
-/// pass). With `KART_REQUIRE_ALL=1` a skip is a failure instead.
+/// file in the `skips` folder of Cargo's test scratch folder (`CARGO_TARGET_TMPDIR`)
+/// that `scripts/test` counts as a skip (never as a pass). With `KART_REQUIRE_ALL=1` a
+/// skip is a failure instead.
 pub fn skip(test: &str, reason: &str) {
     if std::env::var("KART_REQUIRE_ALL").is_ok_and(|v| v == "1") {
         panic!("{test} cannot run here ({reason}) and KART_REQUIRE_ALL=1");

@@ -336,6 +336,85 @@ fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) -> TestResu
     }
 }
 
+/// `kart bundle` for this GPU, then a runtime over the bundle alone: the kernel loads
+/// and computes; one flipped byte of its blob is refused before the driver sees it.
+fn a_bundle_loads_and_a_flipped_byte_is_refused(f: &Fixture, gpu: &Gpu) -> TestResult {
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let dir = f.dir.path();
+    let fleet = dir.join("fleet.toml");
+    std::fs::write(
+        &fleet,
+        format!(
+            "[[fleet]]\nname = \"{}\"\ncapability = \"{}\"\n",
+            gpu.name, gpu.capability
+        ),
+    )
+    .map_err(|e| e.to_string())?;
+    let path = dir.join("scale.kartbundle");
+    let (code, out) = run_kart(
+        dir,
+        &[
+            "bundle",
+            "scale",
+            "--fleet",
+            fleet.to_str().ok_or("path")?,
+            "-o",
+            path.to_str().ok_or("path")?,
+        ],
+        &[],
+    );
+    if code != 0 {
+        return Err(format!("kart bundle: {out}"));
+    }
+    let rt = Runtime::open_bundle(&path).map_err(|e| e.to_string())?;
+    let c = config(&[("FACTOR", 3), ("OFFSET", 1)]);
+    // A fresh context cache: the shared one holds this config from the store already.
+    let fresh = Gpu::open(0).map_err(|e| e.to_string())?;
+    let k = fresh.kernel(&rt, "scale", &c).map_err(|e| e.to_string())?;
+    let n = 4099usize;
+    let x: Vec<f32> = (0..n).map(|i| (i % 97) as f32 - 40.0).collect();
+    let stream = fresh.stream();
+    let xd = stream.clone_htod(&x).map_err(|e| e.to_string())?;
+    let mut yd = stream
+        .clone_htod(&vec![f32::NAN; n])
+        .map_err(|e| e.to_string())?;
+    let n_arg = n as i32;
+    let mut l = stream.launch_builder(k.function("scale").map_err(|e| e.to_string())?);
+    l.arg(&xd).arg(&mut yd).arg(&n_arg);
+    unsafe { l.launch(LaunchConfig::for_num_elems(n as u32)) }.map_err(|e| e.to_string())?;
+    let y = stream.clone_dtoh(&yd).map_err(|e| e.to_string())?;
+    if let Some(i) = (0..n).find(|&i| (y[i] - (x[i] * 3.0 + 1.0)).abs() > 1e-4) {
+        return Err(format!(
+            "from the bundle: y[{i}] = {}, want {}",
+            y[i],
+            x[i] * 3.0 + 1.0
+        ));
+    }
+    // Flip one byte inside that blob's stored bytes.
+    let digest = k.artifact.digest.clone();
+    let mut bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
+    let index_len = u64::from_le_bytes(bytes[12..20].try_into().map_err(|_| "header")?);
+    let blob = rt
+        .bundle()
+        .ok_or("no bundle")?
+        .index()
+        .blobs
+        .iter()
+        .find(|b| b.digest == digest)
+        .ok_or("blob not in the bundle")?
+        .clone();
+    let at = (20 + index_len + blob.offset + blob.stored / 2) as usize;
+    bytes[at] ^= 0x10;
+    std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
+    let rt = Runtime::open_bundle(&path).map_err(|e| e.to_string())?;
+    let again = Gpu::open(0).map_err(|e| e.to_string())?;
+    match again.kernel(&rt, "scale", &c) {
+        Err(kart::Error::CorruptBundle { .. }) => Ok(()),
+        Err(e) => Err(format!("wrong error: {e}")),
+        Ok(_) => Err("a corrupt blob was loaded from the bundle".into()),
+    }
+}
+
 fn more_than_48k_of_shared_memory_launches(f: &Fixture, gpu: &Gpu) -> TestResult {
     use cudarc::driver::{DevicePtr, DevicePtrMut};
     use kart::runtime::{KernelArg, LaunchDims};
@@ -459,6 +538,10 @@ const TESTS: &[Test] = &[
         every_entry_of_every_9x_artifact_resolves,
     ),
     ("launch_checks_results", launch_checks_results),
+    (
+        "a_bundle_loads_and_a_flipped_byte_is_refused",
+        a_bundle_loads_and_a_flipped_byte_is_refused,
+    ),
     (
         "a_struct_by_value_reaches_a_template_entry",
         a_struct_by_value_reaches_a_template_entry,

@@ -68,7 +68,7 @@ impl Load {
 impl std::str::FromStr for Need {
     type Err = String;
     fn from_str(s: &str) -> Result<Need, String> {
-        match s {
+        match s.trim() {
             "cubin" => Ok(Need::Cubin),
             "tuned" => Ok(Need::Tuned),
             "attested" => Ok(Need::Attested),

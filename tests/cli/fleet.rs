@@ -155,7 +155,7 @@ fn coverage_of_the_repository_over_three_gpus_says_what_loads_and_what_falls_bac
         "--fleet",
         &h200,
         "--require",
-        "cubin, tuned",
+        "cubin,tuned",
     ]);
     assert!(out.status.success(), "{}", text(&out));
     // A bad need and a bad fleet file are refused with what to write.

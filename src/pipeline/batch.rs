@@ -23,7 +23,7 @@ use crate::pipeline::compile::{
 };
 use crate::pipeline::phases;
 use crate::pipeline::process::run_with_timeout;
-use crate::project::entry::{find_symbols, translation_unit};
+use crate::project::entry::{find_symbols, plain_symbol, qualified_values, translation_unit};
 
 /// The most configs one batch holds when kart chooses: past this a batch saves little
 /// more per config (the front end's fixed cost is shared already) and holds the
@@ -35,11 +35,13 @@ pub fn batch_key(job: &CompileJob<'_>) -> Option<String> {
     if job.kind != ArtifactKind::Cubin || job.kernel.templates.is_empty() {
         return None;
     }
+    let templates: Vec<_> = job.kernel.templates.values().collect();
     Some(format!(
-        "{}\n{}\n{:?}",
+        "{}\n{}\n{:?}\n{:?}",
         job.kernel.name,
         job.target,
-        job.kernel.macro_params(job.config)
+        job.kernel.macro_params(job.config),
+        qualified_values(&templates, &job.kernel.param_texts(job.config))
     ))
 }
 
@@ -75,12 +77,12 @@ pub fn compile_batch(
     scratch: &Path,
 ) -> Result<Vec<Result<CompileOutput, CompileFailure>>, String> {
     let first = jobs.first().ok_or("an empty batch")?;
-    let instances: Vec<_> = jobs
+    let batch_instances: Vec<_> = jobs
         .iter()
         .map(|j| j.kernel.template_instances(j.config))
         .collect();
     let mut names: Vec<String> = Vec::new();
-    for (_, instance) in instances.iter().flatten() {
+    for (_, instance) in batch_instances.iter().flatten() {
         if !names.contains(instance) {
             names.push(instance.clone());
         }
@@ -141,7 +143,7 @@ pub fn compile_batch(
     let front_end = outcome.elapsed / jobs.len() as u32;
     let results = jobs
         .iter()
-        .zip(&instances)
+        .zip(&batch_instances)
         .enumerate()
         .map(|(i, (job, instances))| {
             let fail = |summary: String, details: String| CompileFailure {
@@ -150,18 +152,21 @@ pub fn compile_batch(
                 disk_full: false,
                 group: String::new(),
             };
-            let symbols = find_symbols(instances, &defined)
+            let symbols = find_symbols(instances, &batch_instances, &defined)
                 .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
             let mut templates = symbols.into_iter();
+            // A plain C++ entry's overloads cannot be told apart in PTX (no parameter
+            // sizes yet): an ambiguous one makes this config compile alone.
             let entries: Vec<String> = job
                 .kernel
                 .entry
                 .iter()
                 .map(|name| match job.kernel.templates.get(name) {
-                    Some(_) => templates.next().unwrap_or_default(),
-                    None => name.clone(),
+                    Some(_) => Ok(templates.next().unwrap_or_default()),
+                    None => plain_symbol(name, &defined, &|_| false),
                 })
-                .collect();
+                .collect::<Result<_, _>>()
+                .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
             let own = crate::pipeline::ptx::split(&module, &entries)
                 .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
             let ptx = scratch.join(format!("config-{i}.ptx"));

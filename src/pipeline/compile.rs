@@ -14,7 +14,7 @@ use crate::model::Config;
 use crate::pipeline::process::run_with_timeout;
 use crate::pipeline::toolchain::Toolchain;
 use crate::project::Kernel;
-use crate::project::entry::{TemplateEntry, find_symbols, translation_unit};
+use crate::project::entry::{TemplateEntry, find_symbols, plain_symbol, translation_unit};
 use crate::signature::check_signature;
 use crate::target::TargetArch;
 
@@ -136,6 +136,13 @@ pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> 
     args.push(deps.display().to_string());
     args.push("-o".to_string());
     args.push(out.display().to_string());
+    // nvcc picks the language by extension and refuses a header (`.cuh`, `.h`) as the
+    // file to compile: say it is CUDA. `.cu` files (and kart's generated units) are
+    // passed as before, so their command lines and keys are unchanged.
+    if main.extension().is_none_or(|e| e != "cu") {
+        args.push("-x".to_string());
+        args.push("cu".to_string());
+    }
     args.push(main.display().to_string());
     args
 }
@@ -422,25 +429,33 @@ fn entry_symbols(
     bytes: &[u8],
     instances: &[(&TemplateEntry, String)],
 ) -> Result<Vec<String>, String> {
-    if instances.is_empty() {
-        return Ok(job.kernel.entry.clone());
-    }
     let functions = match job.kind {
         ArtifactKind::Cubin => inspect_cubin(bytes)?.functions,
         ArtifactKind::Ptx => ptx_entries(bytes)?,
     };
-    let found = find_symbols(instances, &functions)?;
-    Ok(job
-        .kernel
+    let found = find_symbols(instances, &[instances.to_vec()], &functions)?;
+    job.kernel
         .entry
         .iter()
         .map(
             |name| match instances.iter().position(|(e, _)| e.name == *name) {
-                Some(i) => found[i].clone(),
-                None => name.clone(),
+                Some(i) => Ok(found[i].clone()),
+                None => plain_symbol(name, &functions, &|symbol| {
+                    signature_fits(job, bytes, name, symbol)
+                }),
             },
         )
-        .collect())
+        .collect()
+}
+
+/// Whether the function `symbol` of a cubin takes the parameters `[signature]` declares
+/// for entry `name` (false without a declaration, or for PTX).
+pub(crate) fn signature_fits(job: &CompileJob<'_>, bytes: &[u8], name: &str, symbol: &str) -> bool {
+    job.kind == ArtifactKind::Cubin
+        && job.kernel.signature.get(name).is_some_and(|declared| {
+            param_sizes(bytes, symbol)
+                .is_ok_and(|sizes| check_signature(name, declared, &sizes).is_ok())
+        })
 }
 
 /// Frames a command's output so it stands apart from kart's own messages.

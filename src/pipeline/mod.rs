@@ -270,9 +270,12 @@ pub fn build(
     // A build with a failure leaves the lock as it was: what did compile is in the
     // store, and the next build takes it from there in milliseconds.
     if options.shard.is_none() && failures.is_empty() {
+        let built: std::collections::HashSet<&str> =
+            selected.iter().map(|p| p.key.as_str()).collect();
         let (lock, changed) = write_lock(
             ws,
             &planned,
+            &built,
             &pulled.entries,
             &old_lock,
             &mut mismatches,
@@ -700,10 +703,14 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 /// listed with the same key). A record the old lock had for the same key is kept only
 /// while no action entry (the store's, or one taken from a trusted remote) names
 /// another digest for it; those that do are kept too, unchanged, and pushed to
-/// `mismatches`. Returns the lock and whether the file changed.
+/// `mismatches`. Every artifact of `built` (what this build compiled or took from a
+/// store) must be recorded: one that cannot be (its action entry unreadable, its blob
+/// gone) fails the build before the lock is written, naming the artifact and why.
+/// Returns the lock and whether the file changed.
 fn write_lock(
     ws: &Workspace,
     planned: &[Planned],
+    built: &std::collections::HashSet<&str>,
     from_remote: &std::collections::HashMap<String, ActionEntry>,
     old: &Lockfile,
     mismatches: &mut Vec<crate::pipeline::workspace::DigestMismatch>,
@@ -718,6 +725,7 @@ fn write_lock(
             Default::default()
         };
     let mut artifacts = Vec::new();
+    let mut unrecorded = Vec::new();
     for p in planned {
         let kernel = &ws.project.kernels[p.kernel].name;
         let same = current.get(p.key.as_str()).filter(|a| {
@@ -747,21 +755,41 @@ fn write_lock(
                 });
             }
             artifacts.push((*kept).clone());
-        } else if let Some(entry) = ws.stored_entry(&p.key, reporter) {
-            artifacts.push(locked_artifact(&ws.project, p, &entry));
-        } else if let Some(entry) = from_remote.get(&p.key) {
+            continue;
+        }
+        let why = match ws.recorded_entry(&p.key) {
+            Ok(entry) => {
+                artifacts.push(locked_artifact(&ws.project, p, &entry));
+                continue;
+            }
+            Err(why) => why,
+        };
+        if let Some(entry) = from_remote.get(&p.key) {
             artifacts.push(locked_artifact(&ws.project, p, entry));
         } else if let Some(kept) = old
-            .find(
-                &ws.project.kernels[p.kernel].name,
-                &p.config,
-                &p.target.to_string(),
-                p.kind,
-            )
+            .find(kernel, &p.config, &p.target.to_string(), p.kind)
             .filter(|a| a.key == p.key)
         {
             artifacts.push(kept.clone());
+        } else if built.contains(p.key.as_str()) {
+            unrecorded.push(format!("  {}: {why}", p.describe(&ws.project)));
         }
+    }
+    // Never a lock with fewer records than the build produced and exit 0: every later
+    // build would compile them again, and `path`/`export` would not find them.
+    if !unrecorded.is_empty() {
+        return Err(Error::CheckFailed {
+            message: format!(
+                "{} artifact(s) were built but cannot be recorded in kart.lock (kart.lock was left as it was):\n{}",
+                unrecorded.len(),
+                unrecorded.join("\n")
+            ),
+            hint: Some(
+                "this is a defect of kart or a damaged store: run `kart verify`, then `kart build` \
+                 again; if it repeats, report the lines above"
+                    .into(),
+            ),
+        });
     }
     // A kernel that could not be read keeps its records as they were: fixing its
     // kernel.toml and building again is what changes them.

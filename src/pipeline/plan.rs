@@ -236,6 +236,20 @@ impl Workspace {
         )
     }
 
+    /// The stored action entry of `key` whose blob the store has, or why there is none
+    /// (an unreadable entry is quarantined, and the reason says so).
+    pub fn recorded_entry(&self, key: &str) -> std::result::Result<ActionEntry, String> {
+        match self.store.get_entry(key) {
+            Ok(Some(entry)) if self.store.has_blob(&entry.digest) => Ok(entry),
+            Ok(Some(entry)) => Err(format!(
+                "the store has its action entry but not its blob {}",
+                entry.digest
+            )),
+            Ok(None) => Err("the store has no action entry for its key".into()),
+            Err(e) => Err(format!("{e} (quarantined)")),
+        }
+    }
+
     /// The action entry of a key whose blob is in the store, if both are. An unreadable
     /// entry is reported and counts as absent.
     pub fn stored_entry(&self, key: &str, reporter: &dyn BuildReporter) -> Option<ActionEntry> {

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::fmt::Write as _;
 use std::path::Path;
 
-use crate::untrusted::is_c_identifier;
+use crate::untrusted::is_qualified_name;
 
 /// One entry of a kernel, as written in `entry = [...]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -36,21 +36,32 @@ pub struct TemplateEntry {
 impl EntrySpec {
     /// Parses one `entry` string; the error says what is wrong with it.
     pub fn parse(text: &str) -> Result<EntrySpec, String> {
-        let text = text.trim();
-        if is_c_identifier(text) {
-            return Ok(EntrySpec::Symbol(text.to_string()));
+        let text = one_line(text.trim());
+        let text = text.as_ref();
+        // `vadd` (`extern "C"`, or a plain C++ kernel) or `lib::scale` (a plain C++
+        // kernel in a namespace): found in the image by its name, demangled if need be.
+        if !text.contains('<') {
+            let name = text.strip_prefix("::").unwrap_or(text);
+            if is_qualified_name(name) {
+                return Ok(EntrySpec::Symbol(name.to_string()));
+            }
         }
         let Some(open) = text.find('<') else {
             return Err(format!(
-                "entry `{text}` is neither a C identifier (an `extern \"C\"` kernel) nor a template instantiation like `gemm<BLOCK_M, BLOCK_N>`"
+                "entry `{text}` is neither a kernel's name (`vadd`, `lib::scale`) nor a template instantiation like `gemm<BLOCK_M, BLOCK_N>`"
             ));
         };
+        // A leading `::` (the global namespace) is C++'s, not part of the name callers use.
         let name = text[..open].trim();
+        let name = name.strip_prefix("::").unwrap_or(name).trim_start();
         if !is_qualified_name(name) {
             return Err(format!(
                 "entry `{text}`: `{name}` is not a function name (letters, digits, `_`, and `::` between names)"
             ));
         }
+        // What the lock and action entries hold of a template (and check when they are
+        // read) is checked here, so nothing kart compiles is refused when recorded.
+        kart_runtime::untrusted::expression("entry", text)?;
         if !text.ends_with('>') {
             return Err(format!(
                 "entry `{text}` must end with the `>` that closes its template arguments"
@@ -252,21 +263,43 @@ pub fn translation_unit(source: &Path, instances: &[String]) -> String {
     tu
 }
 
+/// A function template instance's name and canonical arguments.
+type Demangled = (String, Vec<String>);
+
 /// Finds each instance's mangled symbol among the cubin's functions. Candidates are the
 /// functions whose demangled name is the instance's template; when a template has several
-/// instances, the arguments decide (compared without spaces, as the demangler prints
-/// them: `128`, `true`, `float`).
+/// instances, the arguments decide, compared in a canonical form: integer expressions
+/// folded to their value, and the demangler's casts and suffixes dropped (nvcc names
+/// `gemm<4096u>` as `gemm<(unsigned int)4096>`), without spaces.
+///
+/// `batch` holds the instances of every config compiled in the same front-end pass
+/// (this one's among them; just this one's for a compile alone). An argument that is
+/// the same text in every config of the batch cannot tell instances apart, so only the
+/// arguments that differ must match: an enumerator written `lib::Mode::B` that the
+/// demangler prints as `(lib::Mode)1` is found that way, with no compile alone. (Batches
+/// never mix configs whose qualified-name arguments differ: see [`qualified_values`].)
 pub fn find_symbols(
     instances: &[(&TemplateEntry, String)],
+    batch: &[Vec<(&TemplateEntry, String)>],
     functions: &[String],
 ) -> Result<Vec<String>, String> {
-    let demangled: Vec<(String, Option<(String, String)>)> = functions
+    let demangled: Vec<(String, Option<Demangled>)> = functions
         .iter()
-        .map(|f| (f.clone(), demangle_name(f)))
+        .map(|f| {
+            let parts = demangle_name(f).map(|(base, args)| {
+                let args = split_top_level(&args)
+                    .unwrap_or_else(|_| vec![args])
+                    .iter()
+                    .map(|a| canonical_arg(a))
+                    .collect();
+                (base, args)
+            });
+            (f.clone(), parts)
+        })
         .collect();
     let mut found = Vec::new();
-    for (entry, instance) in instances {
-        let candidates: Vec<&(String, Option<(String, String)>)> = demangled
+    for (index, (entry, instance)) in instances.iter().enumerate() {
+        let candidates: Vec<&(String, Option<Demangled>)> = demangled
             .iter()
             .filter(|(_, d)| d.as_ref().is_some_and(|(base, _)| *base == entry.name))
             .collect();
@@ -274,22 +307,43 @@ pub fn find_symbols(
             .iter()
             .filter(|(e, _)| e.name == entry.name)
             .count();
-        let want = squash(&folded(instance));
-        let exact: Vec<&&(String, Option<(String, String)>)> = candidates
-            .iter()
-            .filter(|(_, d)| {
-                d.as_ref()
-                    .is_some_and(|(base, args)| squash(&format!("{base}<{args}>")) == want)
+        let want = canonical_args(instance);
+        // The positions whose written argument differs between configs of the batch.
+        let varying: Vec<usize> = (0..want.len())
+            .filter(|&i| {
+                batch.iter().any(|other| {
+                    other
+                        .get(index)
+                        .is_some_and(|(_, o)| canonical_args(o).get(i) != want.get(i))
+                })
             })
             .collect();
-        let symbol = match (exact.as_slice(), candidates.as_slice()) {
-            ([one], _) => one.0.clone(),
-            (_, [one]) if same_template == 1 => one.0.clone(),
+        let args_of = |c: &&(String, Option<Demangled>)| {
+            c.1.as_ref()
+                .map(|(_, args)| args.clone())
+                .unwrap_or_default()
+        };
+        let exact: Vec<_> = candidates.iter().filter(|c| args_of(c) == want).collect();
+        let by_varying: Vec<_> = candidates
+            .iter()
+            .filter(|c| {
+                let args = args_of(c);
+                args.len() == want.len() && varying.iter().all(|&i| args[i] == want[i])
+            })
+            .collect();
+        let symbol = match (
+            exact.as_slice(),
+            by_varying.as_slice(),
+            candidates.as_slice(),
+        ) {
+            ([one], _, _) => one.0.clone(),
+            (_, [one], _) => one.0.clone(),
+            (_, _, [one]) if same_template == 1 => one.0.clone(),
             _ => {
                 let readable: Vec<String> = demangled
                     .iter()
                     .map(|(f, d)| match d {
-                        Some((base, args)) => format!("{base}<{args}>"),
+                        Some((base, args)) => format!("{base}<{}>", args.join(", ")),
                         None => f.clone(),
                     })
                     .collect();
@@ -307,6 +361,121 @@ pub fn find_symbols(
         found.push(symbol);
     }
     Ok(found)
+}
+
+/// The symbol of a non-template entry among the image's `functions`: the name itself
+/// for an `extern "C"` kernel, else the function whose demangled name is `name` (a plain
+/// C++ kernel, `lib::scale`, whose symbol is mangled). Of several overloads, the one
+/// `fits` accepts (its parameters match the entry's `[signature]`) when exactly one does.
+pub fn plain_symbol(
+    name: &str,
+    functions: &[String],
+    fits: &dyn Fn(&str) -> bool,
+) -> Result<String, String> {
+    if functions.iter().any(|f| f == name) {
+        return Ok(name.to_string());
+    }
+    let named: Vec<&String> = functions
+        .iter()
+        .filter(|f| {
+            readable(f)
+                .split_once('(')
+                .is_some_and(|(base, _)| base == name)
+        })
+        .collect();
+    let fitting: Vec<&String> = named.iter().copied().filter(|f| fits(f)).collect();
+    match (named.as_slice(), fitting.as_slice()) {
+        ([one], _) | (_, [one]) => Ok(one.to_string()),
+        ([], _) => Err(format!(
+            "the image defines no kernel `{name}` (it defines: {})",
+            if functions.is_empty() {
+                "nothing".to_string()
+            } else {
+                functions
+                    .iter()
+                    .map(|f| readable(f))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
+        )),
+        _ => Err(format!(
+            "`{name}` has {} overloads in the image ({}); declare the entry's `[signature]` in kernel.toml so that exactly one matches",
+            named.len(),
+            named
+                .iter()
+                .map(|f| readable(f))
+                .collect::<Vec<_>>()
+                .join(", ")
+        )),
+    }
+}
+
+/// The values of the params a template entry of `kernel` passes as qualified names
+/// (`lib::Mode::B`): the demangler prints an enumerator as a number, which cannot be
+/// matched to its name, so configs that differ in one compile in separate batches.
+pub fn qualified_values(
+    templates: &[&TemplateEntry],
+    values: &BTreeMap<String, String>,
+) -> Vec<String> {
+    let used: BTreeSet<String> = templates
+        .iter()
+        .flat_map(|t| t.uses(values.keys().map(String::as_str)))
+        .collect();
+    used.iter()
+        .filter_map(|name| {
+            values
+                .get(name)
+                .filter(|v| v.contains("::"))
+                .map(|v| format!("{name}={v}"))
+        })
+        .collect()
+}
+
+/// The arguments of an instance as written (`gemm<64, 64 / 64, float>`), each folded and
+/// canonical: `["64", "1", "float"]`.
+fn canonical_args(instance: &str) -> Vec<String> {
+    let folded = folded(instance);
+    let Some(open) = folded.find('<') else {
+        return Vec::new();
+    };
+    let inner = folded[open + 1..]
+        .strip_suffix('>')
+        .unwrap_or(&folded[open + 1..]);
+    split_top_level(inner)
+        .unwrap_or_else(|_| vec![inner.to_string()])
+        .iter()
+        .map(|a| canonical_arg(a))
+        .collect()
+}
+
+/// One template argument without spaces, a leading cast (`(unsigned int)4096`,
+/// `(lib::Mode)1`) and integer suffixes (`4096u`, `8ul`) dropped from integer literals.
+fn canonical_arg(arg: &str) -> String {
+    let arg = squash(arg);
+    let mut rest = arg.as_str();
+    if rest.starts_with('(')
+        && let Some(close) = rest.find(')')
+    {
+        let after = &rest[close + 1..];
+        if after
+            .trim_start_matches('-')
+            .starts_with(|c: char| c.is_ascii_digit())
+        {
+            rest = after;
+        }
+    }
+    let digits = rest.trim_start_matches('-');
+    if digits.starts_with(|c: char| c.is_ascii_digit()) {
+        let number = rest.trim_end_matches(['u', 'U', 'l', 'L']);
+        if number
+            .trim_start_matches('-')
+            .bytes()
+            .all(|b| b.is_ascii_digit())
+        {
+            return number.to_string();
+        }
+    }
+    rest.to_string()
 }
 
 /// A function's readable form for messages: `gemm<128, 64>(float*, int)` or the symbol.
@@ -373,9 +542,14 @@ fn squash(s: &str) -> String {
     s.chars().filter(|c| !c.is_whitespace()).collect()
 }
 
-fn is_qualified_name(s: &str) -> bool {
-    let s = s.strip_prefix("::").unwrap_or(s);
-    !s.is_empty() && s.split("::").all(is_c_identifier)
+/// An entry written over several lines (a TOML multi-line string) as one line: every
+/// run of whitespace that holds a line break or tab becomes one space. A one-line entry
+/// is returned as written, so the entries of existing locks keep their keys.
+fn one_line(text: &str) -> std::borrow::Cow<'_, str> {
+    if !text.contains(['\n', '\r', '\t']) {
+        return std::borrow::Cow::Borrowed(text);
+    }
+    std::borrow::Cow::Owned(text.split_whitespace().collect::<Vec<_>>().join(" "))
 }
 
 /// Splits template arguments at the commas outside nested `<>`, `()` and `[]`.
@@ -527,20 +701,45 @@ template <int BM> __global__ void k(float* out) {
         ];
         let g = template("gemm<BM, BN*2, float, true>");
         let o = template("ns::other<X>");
-        let found = find_symbols(
-            &[
-                (&g, "gemm<128, 64*2, float, true>".into()),
-                (&o, "ns::other<3>".into()),
-            ],
-            &functions,
-        )
-        .unwrap();
+        let one = vec![
+            (&g, "gemm<128, 64*2, float, true>".to_string()),
+            (&o, "ns::other<3>".to_string()),
+        ];
+        let found = find_symbols(&one, std::slice::from_ref(&one), &functions).unwrap();
         assert_eq!(found, vec![functions[1].clone(), functions[0].clone()]);
         assert_eq!(
             readable(&functions[1]),
             "gemm<128, 128, float, true>(float*, float const*, int)"
         );
-        let missing = find_symbols(&[(&g, "gemm<1, 2>".into())], &functions[..1]).unwrap_err();
+        let wrong = vec![(&g, "gemm<1, 2>".to_string())];
+        let missing =
+            find_symbols(&wrong, std::slice::from_ref(&wrong), &functions[..1]).unwrap_err();
         assert!(missing.contains("ns::other<3>"), "{missing}");
+    }
+
+    #[test]
+    fn a_batch_matches_instances_by_the_arguments_that_differ() {
+        // nvcc 13.0's names of lib::gemm<lib::Mode::B, N, true> for N = 4096u and 8192u:
+        // the enumerator demangles as `(lib::Mode)1`, the unsigned as `(unsigned int)4096`.
+        let functions = vec![
+            "_ZN3lib4gemmILNS_4ModeE1ELj8192ELb1EEEvPf".to_string(),
+            "_ZN3lib4gemmILNS_4ModeE1ELj4096ELb1EEEvPf".to_string(),
+        ];
+        let g = template("lib::gemm<lib::Mode::B, N, true>");
+        let a = vec![(&g, "lib::gemm<lib::Mode::B, 4096, true>".to_string())];
+        let b = vec![(&g, "lib::gemm<lib::Mode::B, 8192, true>".to_string())];
+        let batch = [a.clone(), b.clone()];
+        assert_eq!(
+            find_symbols(&a, &batch, &functions).unwrap(),
+            [functions[1].clone()]
+        );
+        assert_eq!(
+            find_symbols(&b, &batch, &functions).unwrap(),
+            [functions[0].clone()]
+        );
+        assert_eq!(canonical_arg("(unsigned int)4096"), "4096");
+        assert_eq!(canonical_arg("-3l"), "-3");
+        assert_eq!(canonical_arg("(lib::Mode)1"), "1");
+        assert_eq!(canonical_arg("cutlass::bfloat16_t"), "cutlass::bfloat16_t");
     }
 }

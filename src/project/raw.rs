@@ -8,7 +8,7 @@ use kart_runtime::error::Result;
 use kart_runtime::model::ParamValue;
 use kart_runtime::target::TargetArch;
 use kart_runtime::text::SourceFile;
-use kart_runtime::untrusted::is_c_identifier;
+use kart_runtime::untrusted::{is_c_identifier, is_qualified_name};
 use serde::Deserialize;
 use toml::Spanned;
 
@@ -35,7 +35,7 @@ impl ManifestChecks for SourceFile<'_> {
     fn value(&self, v: &Spanned<RawValue>) -> Result<ParamValue> {
         match v.get_ref() {
             RawValue::Int(i) => Ok(ParamValue::Int(*i)),
-            RawValue::Text(s) if is_c_identifier(s) => Ok(ParamValue::Ident(s.clone())),
+            RawValue::Text(s) if is_qualified_name(s) => Ok(ParamValue::Ident(s.clone())),
             RawValue::Text(s) if s.trim().parse::<i64>().is_ok() => Err(self.error(
                 v.span(),
                 format!("value \"{s}\" is a string, and kart keeps integers and names apart"),
@@ -43,8 +43,8 @@ impl ManifestChecks for SourceFile<'_> {
             )),
             RawValue::Text(s) => Err(self.error(
                 v.span(),
-                format!("value `{s}` is neither an integer nor a C identifier"),
-                "values become `-DNAME=VALUE`: write an integer or an identifier such as `half`",
+                format!("value `{s}` is neither an integer nor a name"),
+                "values become `-DNAME=VALUE` or template arguments: write an integer or a name such as `half` or `lib::Mode::B`",
             )),
             RawValue::Other(_) => Err(self.error(
                 v.span(),

@@ -397,7 +397,7 @@ const CASES: &[(&str, &str, &str, &str, &str)] = &[
         "kart.tune",
         "version = 2\n[[record]]\nkernel = \"k\"\ngpu = \"H200\"\ntarget = \"sm_90\"\ndigest = \"aaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaaa\"\nmedian_us = 1.0\ntimed = 1\n[record.problem]\nB = 1\n[record.config]\nX = \"$(id)\"\n",
         "kart.tune:",
-        "neither an integer nor a C identifier",
+        "neither an integer nor a name",
     ),
     (
         "tuning record that is not a number",
@@ -548,4 +548,88 @@ fn no_project_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2), "{}", text(&out));
     assert!(stderr(&out).contains("no `kart.toml`"), "{}", text(&out));
+}
+
+/// `(((…1…)))` nested `n` levels.
+fn nested(n: usize) -> String {
+    format!("{}1{}", "(".repeat(n), ")".repeat(n))
+}
+
+#[test]
+fn expressions_100000_levels_deep_are_errors_at_their_line_not_a_crash() {
+    let deep = nested(100_000);
+    let kernel_tomls = [
+        (
+            "require",
+            format!("{GOOD_KERNEL}require = [\"{deep}\"]\n[params]\nA = [1, 2]\n"),
+        ),
+        (
+            "derived",
+            format!("{GOOD_KERNEL}[params]\nA = [1, 2]\n[derived]\nX = \"{deep}\"\n"),
+        ),
+        (
+            "launch",
+            format!(
+                "{GOOD_KERNEL}[params]\nA = [1, 2]\n[launch]\nproblem = [\"N\"]\ngrid = [\"{deep}\"]\nblock = [\"A\"]\n"
+            ),
+        ),
+    ];
+    for (what, manifest) in &kernel_tomls {
+        let p = TestProject::new(&["sm_90"]);
+        p.kernel("k", "out[0] = 1;", "");
+        p.write("kernels/k/kernel.toml", manifest);
+        for args in [&["ls"][..], &["build", "--explain-grid"]] {
+            let out = p.kart(args);
+            let err = stderr(&out);
+            assert_eq!(
+                out.status.code(),
+                Some(2),
+                "{what} {args:?}: {}",
+                text(&out)
+            );
+            assert!(
+                err.contains("kernels/k/kernel.toml:") && err.contains("nests more than 64 levels"),
+                "{what} {args:?}: {}",
+                text(&out)
+            );
+        }
+    }
+
+    // The lock's copy of `[launch]`, read by every command.
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("k", "out[0] = 1;", "");
+    p.write(
+        "kart.lock",
+        &format!(
+            "version = 3\n\n[[kernel]]\nname = \"k\"\n\n[kernel.launch]\ngrid = [\"{deep}\"]\nblock = [\"1\"]\nshared_mem = \"0\"\n"
+        ),
+    );
+    let out = p.kart(&["ls"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("kart.lock:4:") && stderr(&out).contains("nests more than"),
+        "{}",
+        text(&out)
+    );
+
+    // A bundle's lock, read by `bundle --inspect` (and by the runtime, which the runtime
+    // crate's own test covers): the index is JSON holding the lock's text.
+    let lock = p.read("kart.lock");
+    let index = serde_json::json!({
+        "format": 1, "kart": "0.1.0", "made_for": [], "lock": lock,
+        "tune": "", "attest": "", "blobs": [],
+    });
+    let json = serde_json::to_vec(&index).unwrap();
+    let mut bundle = b"KARTBNDL".to_vec();
+    bundle.extend_from_slice(&1u32.to_le_bytes());
+    bundle.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    bundle.extend_from_slice(&json);
+    std::fs::write(p.root().join("deep.kartbundle"), bundle).unwrap();
+    let out = p.kart(&["bundle", "--inspect", "deep.kartbundle"]);
+    assert!(
+        out.status.code().is_some_and(|c| (1..128).contains(&c)),
+        "{}",
+        text(&out)
+    );
+    assert!(stderr(&out).contains("nests more than"), "{}", text(&out));
 }

@@ -303,3 +303,157 @@ extern "C" __global__ void plain(float *out) { out[0] = 1.0f; }
     assert_eq!(digests(&batched), digests(&alone));
     assert_eq!(digests(&alone).len(), 5);
 }
+
+/// Kernels as libraries write them: in namespaces, with enum, unsigned, bool and type
+/// template arguments (the entry over two lines), and plain C++ `__global__` functions
+/// (mangled, one of them overloaded) in a `.cuh` header.
+fn library_project() -> TestProject {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/nsk/nsk.cu",
+        r#"
+namespace lib {
+enum class Mode { A, B };
+template <Mode M, unsigned N, bool F, typename T>
+__global__ void gemm(T *out) {
+  if (threadIdx.x == 0) out[blockIdx.x] = T((M == Mode::B ? 2 : 1) * N + (F ? 1 : 0));
+}
+}  // namespace lib
+"#,
+    );
+    p.write(
+        "kernels/nsk/kernel.toml",
+        r#"name = "nsk"
+sources = ["nsk.cu"]
+entry = ["""lib::gemm<MODE,
+    N, true, T>"""]
+[params]
+MODE = ["lib::Mode::A", "lib::Mode::B"]
+N = [4096, 8192]
+T = ["float", "double"]
+"#,
+    );
+    p.write(
+        "kernels/plain/scale.cuh",
+        r#"
+namespace lib2 {
+__global__ void scale(float *x, int n) {
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  if (i < n) x[i] *= 2.0f;
+}
+__global__ void twice(float *x, int n) { if (threadIdx.x < n) x[threadIdx.x] *= 2.0f; }
+__global__ void twice(double *x, long n) { if (threadIdx.x < n) x[threadIdx.x] *= 2.0; }
+}  // namespace lib2
+"#,
+    );
+    p.write(
+        "kernels/plain/kernel.toml",
+        r#"name = "plain"
+sources = ["scale.cuh"]
+entry = ["lib2::scale", "lib2::twice"]
+[params]
+BLOCK = [128, 256]
+[signature]
+"lib2::twice" = ["ptr", "i64"]
+"#,
+    );
+    p
+}
+
+#[test]
+fn kernels_in_namespaces_and_plain_cpp_kernels_reach_the_lock_by_their_names() {
+    let p = library_project();
+    let out = p.ok(&["build", "--batch", "8"]);
+    // Every config of `nsk` found in its batch's PTX (none compiled again alone); the
+    // two modes in separate batches (an enumerator demangles to a number).
+    assert!(!text(&out).contains("compiled alone"), "{}", text(&out));
+    let nsk_compiles = p
+        .compile_lines()
+        .iter()
+        .filter(|l| l.contains("nsk"))
+        .count();
+    assert_eq!(nsk_compiles, 2, "{:?}", p.compile_lines());
+
+    let ls: serde_json::Value = serde_json::from_str(&stdout(&p.ok(&["ls", "--json"]))).unwrap();
+    let rows = ls.as_array().unwrap();
+    assert_eq!(rows.len(), 8 + 2, "{ls}");
+
+    let path = stdout(&p.ok(&[
+        "path",
+        "nsk",
+        "-p",
+        "MODE=lib::Mode::B",
+        "-p",
+        "N=8192",
+        "-p",
+        "T=double",
+        "--target",
+        "sm_90",
+        "--json",
+    ]));
+    let path: serde_json::Value = serde_json::from_str(&path).unwrap();
+    let entry = &path["entries"][0];
+    assert_eq!(entry["name"], "lib::gemm", "{path}");
+    assert_eq!(
+        entry["instance"], "lib::gemm<lib::Mode::B, 8192, true, double>",
+        "{path}"
+    );
+    // Mode::B is 1, 8192 unsigned (`j`), true, double (`d`).
+    assert_eq!(
+        entry["symbol"], "_ZN3lib4gemmILNS_4ModeE1ELj8192ELb1EdEEvPT2_",
+        "{path}"
+    );
+
+    let path = stdout(&p.ok(&[
+        "path",
+        "plain",
+        "-p",
+        "BLOCK=128",
+        "--target",
+        "sm_90",
+        "--json",
+    ]));
+    let path: serde_json::Value = serde_json::from_str(&path).unwrap();
+    assert_eq!(path["entries"][0]["name"], "lib2::scale", "{path}");
+    assert_eq!(path["entries"][0]["symbol"], "_ZN4lib25scaleEPfi", "{path}");
+    // Of the two overloads, the one `[signature]` describes.
+    assert_eq!(path["entries"][1]["name"], "lib2::twice", "{path}");
+    assert_eq!(path["entries"][1]["symbol"], "_ZN4lib25twiceEPdl", "{path}");
+
+    // Nothing is compiled again: every artifact was recorded.
+    p.clear_log();
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 0, "{:?}", p.compile_lines());
+    p.ok(&["build", "--locked"]);
+}
+
+#[test]
+fn an_overload_no_signature_decides_and_an_unrecordable_argument_are_errors() {
+    let p = library_project();
+    p.write(
+        "kernels/plain/kernel.toml",
+        "name = \"plain\"\nsources = [\"scale.cuh\"]\nentry = [\"lib2::twice\"]\n[params]\nBLOCK = [128]\n",
+    );
+    let out = p.kart(&["build", "plain"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("`lib2::twice` has 2 overloads")
+            && stderr(&out).contains("[signature]"),
+        "{}",
+        text(&out)
+    );
+    assert!(!p.root().join("kart.lock").exists());
+
+    // A template argument the lock could not hold is refused where it is written.
+    p.write(
+        "kernels/plain/kernel.toml",
+        "name = \"plain\"\nsources = [\"scale.cuh\"]\nentry = [\"pick<'x'>\"]\n",
+    );
+    let out = p.kart(&["ls"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("kernels/plain/kernel.toml:3:") && stderr(&out).contains("pick<'x'>"),
+        "{}",
+        text(&out)
+    );
+}

@@ -45,12 +45,12 @@ pub struct EntryInfo {
 }
 
 impl EntryInfo {
-    /// Checks what a lock or action entry says of an entry point: the name is a C
-    /// identifier, the symbol mangled, the template and instance expressions, and the
+    /// Checks what a lock or action entry says of an entry point: the name is an entry
+    /// name (a C identifier, or a qualified `ns::f`), the symbol mangled, the template and instance expressions, and the
     /// parameter list of a plausible length (the driver allows 32 KiB of parameters).
     pub fn validate(&self) -> std::result::Result<(), String> {
-        use crate::untrusted::{expression, identifier, symbol};
-        identifier("entry", &self.name)?;
+        use crate::untrusted::{expression, qualified_name, symbol};
+        qualified_name("entry", &self.name)?;
         if let Some(s) = &self.symbol {
             symbol("symbol", s)?;
         }

@@ -21,10 +21,49 @@ pub struct Expr {
     root: Node,
 }
 
+/// How deep an expression may nest: parentheses, function calls, unary operators and
+/// chains of binary operators (`a + b + c` is two levels) together. Parsing, evaluating
+/// and dropping a tree recurse once per level, so a file holding `((((…1))))` 100,000
+/// levels deep must be refused before it exhausts the stack; real rules nest a few
+/// levels. The exported Python module's evaluator (whose recursion Python caps at 1,000
+/// frames) only ever sees expressions that passed this check.
+pub const MAX_DEPTH: usize = 64;
+
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct Node {
     span: Range<usize>,
     kind: NodeKind,
+    /// Levels of the tree under and including this node.
+    depth: usize,
+}
+
+impl Node {
+    /// A node over `kind`'s children; an error where the tree grows past [`MAX_DEPTH`].
+    fn new(span: Range<usize>, kind: NodeKind) -> Result<Node, ExprError> {
+        let below = match &kind {
+            NodeKind::Int(_) | NodeKind::Name(_) => 0,
+            NodeKind::Not(a) | NodeKind::Neg(a) => a.depth,
+            NodeKind::Binary(_, a, b) => a.depth.max(b.depth),
+            NodeKind::Call(_, args) => args.iter().map(|a| a.depth).max().unwrap_or(0),
+        };
+        if below >= MAX_DEPTH {
+            return Err(too_deep(span));
+        }
+        Ok(Node {
+            span,
+            kind,
+            depth: below + 1,
+        })
+    }
+}
+
+fn too_deep(span: Range<usize>) -> ExprError {
+    syntax(
+        span,
+        format!(
+            "the expression nests more than {MAX_DEPTH} levels deep (parentheses, calls and chained operators together)"
+        ),
+    )
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -145,6 +184,7 @@ impl Expr {
             tokens,
             pos: 0,
             end: text.len(),
+            nesting: 0,
         };
         let root = parser.or()?;
         if let Some(t) = parser.tokens.get(parser.pos) {
@@ -383,6 +423,8 @@ struct Parser {
     tokens: Vec<Token>,
     pos: usize,
     end: usize,
+    /// Parentheses, calls and unary operators open around the current position.
+    nesting: usize,
 }
 
 impl Parser {
@@ -420,10 +462,10 @@ impl Parser {
             for (text, op) in ops {
                 if self.eat(text) {
                     let right = next(self)?;
-                    left = Node {
-                        span: left.span.start..right.span.end,
-                        kind: NodeKind::Binary(*op, Box::new(left), Box::new(right)),
-                    };
+                    left = Node::new(
+                        left.span.start..right.span.end,
+                        NodeKind::Binary(*op, Box::new(left), Box::new(right)),
+                    )?;
                     continue 'outer;
                 }
             }
@@ -460,10 +502,10 @@ impl Parser {
                         "comparisons do not chain: write `a < b && b < c`".into(),
                     ));
                 }
-                return Ok(Node {
-                    span: left.span.start..right.span.end,
-                    kind: NodeKind::Binary(op, Box::new(left), Box::new(right)),
-                });
+                return Node::new(
+                    left.span.start..right.span.end,
+                    NodeKind::Binary(op, Box::new(left), Box::new(right)),
+                );
             }
         }
         Ok(left)
@@ -482,21 +524,35 @@ impl Parser {
 
     fn unary(&mut self) -> Result<Node, ExprError> {
         let start = self.here().start;
-        if self.eat("!") {
-            let a = self.unary()?;
-            return Ok(Node {
-                span: start..a.span.end,
-                kind: NodeKind::Not(Box::new(a)),
-            });
-        }
-        if self.eat("-") {
-            let a = self.unary()?;
-            return Ok(Node {
-                span: start..a.span.end,
-                kind: NodeKind::Neg(Box::new(a)),
-            });
+        for (op, make) in [
+            ("!", NodeKind::Not as fn(Box<Node>) -> NodeKind),
+            ("-", NodeKind::Neg),
+        ] {
+            if self.eat(op) {
+                let a = self.nested(Parser::unary)?;
+                return Node::new(start..a.span.end, make(Box::new(a)));
+            }
         }
         self.atom()
+    }
+
+    /// Runs `inner` one level deeper; past [`MAX_DEPTH`] levels an error at the token
+    /// where the nesting began, before the recursion can exhaust the stack.
+    fn nested(
+        &mut self,
+        inner: fn(&mut Parser) -> Result<Node, ExprError>,
+    ) -> Result<Node, ExprError> {
+        if self.nesting >= MAX_DEPTH {
+            let at = self
+                .tokens
+                .get(self.pos.saturating_sub(1))
+                .map_or(self.end..self.end, |t| t.span.clone());
+            return Err(too_deep(at));
+        }
+        self.nesting += 1;
+        let node = inner(self);
+        self.nesting -= 1;
+        node
     }
 
     fn atom(&mut self) -> Result<Node, ExprError> {
@@ -508,12 +564,9 @@ impl Parser {
         };
         self.pos += 1;
         match token.tok {
-            Tok::Int(v) => Ok(Node {
-                span: token.span,
-                kind: NodeKind::Int(v),
-            }),
+            Tok::Int(v) => Node::new(token.span, NodeKind::Int(v)),
             Tok::Op("(") => {
-                let inner = self.or()?;
+                let inner = self.nested(Parser::or)?;
                 let close = self.here();
                 if !self.eat(")") {
                     return Err(syntax(close, "missing `)`".into()));
@@ -521,7 +574,7 @@ impl Parser {
                 // The parentheses belong to the node, so a message quotes them.
                 Ok(Node {
                     span: token.span.start..close.end,
-                    kind: inner.kind,
+                    ..inner
                 })
             }
             Tok::Name(name) if self.peek_op() == Some("(") => {
@@ -540,7 +593,7 @@ impl Parser {
                 let mut args = Vec::new();
                 if !self.eat(")") {
                     loop {
-                        args.push(self.or()?);
+                        args.push(self.nested(Parser::or)?);
                         if self.eat(")") {
                             break;
                         }
@@ -567,15 +620,9 @@ impl Parser {
                         ),
                     ));
                 }
-                Ok(Node {
-                    span,
-                    kind: NodeKind::Call(func, args),
-                })
+                Node::new(span, NodeKind::Call(func, args))
             }
-            Tok::Name(name) => Ok(Node {
-                span: token.span,
-                kind: NodeKind::Name(name),
-            }),
+            Tok::Name(name) => Node::new(token.span, NodeKind::Name(name)),
             Tok::Op(op) => Err(syntax(token.span, format!("unexpected `{op}`"))),
         }
     }
@@ -636,5 +683,35 @@ mod tests {
         let e = Expr::parse("cdiv(S, BLOCK_M) * B + S").unwrap();
         let names: Vec<&str> = e.names().into_iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["S", "BLOCK_M", "B"]);
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_an_error_not_a_stack_overflow() {
+        let deep =
+            |open: &str, close: &str, n: usize| format!("{}1{}", open.repeat(n), close.repeat(n));
+        // 100,000 levels of every kind of nesting, and a chain as long.
+        let chain = vec!["1"; 100_000].join(" + ");
+        let calls = deep("min(", ")", 100_000);
+        let cases = [
+            deep("(", ")", 100_000),
+            deep("!", "", 100_000),
+            deep("-", "", 100_000),
+            calls,
+            chain,
+        ];
+        for text in &cases {
+            let e = Expr::parse(text).expect_err("too deep");
+            assert_eq!(e.kind, ExprErrorKind::Syntax);
+            assert!(e.message.contains("nests more than 64 levels"), "{e}");
+        }
+        // The limit itself parses and evaluates.
+        let ok = Expr::parse(&deep("(", ")", MAX_DEPTH - 1)).unwrap();
+        assert_eq!(ok.evaluate(&BTreeMap::<String, i64>::new()).unwrap(), 1);
+        let ok = Expr::parse(&vec!["1"; MAX_DEPTH].join(" + ")).unwrap();
+        assert_eq!(
+            ok.evaluate(&BTreeMap::<String, i64>::new()).unwrap(),
+            MAX_DEPTH as i64
+        );
+        assert!(Expr::parse(&vec!["1"; MAX_DEPTH + 1].join(" + ")).is_err());
     }
 }

@@ -8,7 +8,7 @@ use std::fmt;
 use serde::{Deserialize, Serialize};
 
 use crate::expr::{Env, Value};
-use crate::untrusted::is_c_identifier;
+use crate::untrusted::{is_c_identifier, is_qualified_name};
 
 /// The value of a param or define: an integer or a C identifier. Read from any file
 /// (kernel.toml, the lock, entries, sidecars) it is checked to be one: the value
@@ -32,7 +32,7 @@ impl<'de> Deserialize<'de> for ParamValue {
         }
         match Raw::deserialize(d)? {
             Raw::Int(v) => Ok(ParamValue::Int(v)),
-            Raw::Text(s) if is_c_identifier(&s) => Ok(ParamValue::Ident(s)),
+            Raw::Text(s) if is_qualified_name(&s) => Ok(ParamValue::Ident(s)),
             Raw::Text(s) if s.trim().parse::<i64>().is_ok() => {
                 Err(serde::de::Error::custom(format!(
                     "value \"{}\" is a string: write the integer without quotes ({})",
@@ -41,7 +41,7 @@ impl<'de> Deserialize<'de> for ParamValue {
                 )))
             }
             Raw::Text(s) => Err(serde::de::Error::custom(format!(
-                "value {} is neither an integer nor a C identifier",
+                "value {} is neither an integer nor a name (a C identifier, or `ns::name`)",
                 crate::untrusted::quoted(&s)
             ))),
         }
@@ -62,7 +62,7 @@ impl ParamValue {
     pub fn parse(text: &str) -> Option<ParamValue> {
         if let Ok(v) = text.parse::<i64>() {
             Some(ParamValue::Int(v))
-        } else if is_c_identifier(text) {
+        } else if is_qualified_name(text) {
             Some(ParamValue::Ident(text.to_string()))
         } else {
             None

@@ -28,6 +28,27 @@ pub fn identifier(what: &str, s: &str) -> Result<(), String> {
     }
 }
 
+/// True for a C identifier or identifiers joined by `::` (`lib::gemm`, a kernel in a
+/// namespace; `lib::Mode::B`, an enumerator as a param's value). The one check of entry
+/// names and of identifier values: the kernel.toml parser, action entries, the lock, the
+/// runtime and the exported module all hold them to it, so a name kart compiled is a
+/// name it can record.
+pub fn is_qualified_name(s: &str) -> bool {
+    !s.is_empty() && s.len() <= MAX_SYMBOL && s.split("::").all(is_c_identifier)
+}
+
+/// `what` must be a qualified name (see [`is_qualified_name`]).
+pub fn qualified_name(what: &str, s: &str) -> Result<(), String> {
+    if is_qualified_name(s) {
+        Ok(())
+    } else {
+        Err(format!(
+            "{what} {} is not a function name (C identifiers, joined by `::` in a namespace)",
+            quoted(s)
+        ))
+    }
+}
+
 /// A mangled (Itanium) symbol: letters, digits, `_`, `$` and `.`.
 pub fn symbol(what: &str, s: &str) -> Result<(), String> {
     let ok = !s.is_empty()

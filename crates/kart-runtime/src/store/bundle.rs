@@ -379,4 +379,31 @@ mod tests {
         };
         assert!(check_blob_record(&upper, 10).is_err());
     }
+
+    #[test]
+    fn a_lock_expression_100000_levels_deep_is_refused_not_a_stack_overflow() {
+        let deep = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
+        let lock = format!(
+            "version = 3\n\n[[kernel]]\nname = \"k\"\n\n[kernel.launch]\ngrid = [\"{deep}\"]\nblock = [\"1\"]\nshared_mem = \"0\"\n"
+        );
+        let index = BundleIndex {
+            format: BUNDLE_FORMAT,
+            kart: "0.1.0".into(),
+            made_for: Vec::new(),
+            lock,
+            tune: String::new(),
+            attest: String::new(),
+            blobs: Vec::new(),
+        };
+        let json = serde_json::to_vec(&index).unwrap();
+        let mut bytes = BUNDLE_MAGIC.to_vec();
+        bytes.extend_from_slice(&BUNDLE_FORMAT.to_le_bytes());
+        bytes.extend_from_slice(&(json.len() as u64).to_le_bytes());
+        bytes.extend_from_slice(&json);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("deep.kartbundle");
+        std::fs::write(&path, bytes).unwrap();
+        let err = Bundle::open(&path).expect_err("a lock too deep to read");
+        assert!(err.to_string().contains("nests more than"), "{err}");
+    }
 }

@@ -199,7 +199,7 @@ fn a_shell_metacharacter_in_a_lock_value_runs_nothing() {
         assert_eq!(out.status.code(), Some(2), "{args:?}: {}", text(&out));
         let err = stderr(&out);
         assert!(
-            err.contains("kart.lock:") && err.contains("neither an integer nor a C identifier"),
+            err.contains("kart.lock:") && err.contains("neither an integer nor a name"),
             "{args:?}: {err}"
         );
     }

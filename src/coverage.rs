@@ -444,7 +444,7 @@ pub fn read_problems(
         #[serde(default)]
         problem: Vec<toml::Spanned<BTreeMap<String, toml::Spanned<toml::Value>>>>,
     }
-    let text = kart_runtime::text::read_text(path)?;
+    let text = kart_runtime::text::read_text(path, kart_runtime::text::Limit::MANIFEST)?;
     let file = kart_runtime::text::SourceFile {
         path: shown.to_path_buf(),
         text: &text,

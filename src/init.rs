@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use crate::error::{IoContext, Result};
+use crate::error::{Error, IoContext, Result};
 use crate::project::PROJECT_FILE;
 use crate::store::fsutil::write_atomic;
 
@@ -103,6 +103,7 @@ pub fn init(dir: &Path, smoke_source: &str) -> Result<InitReport> {
         report.existing = true;
         return Ok(report);
     }
+    refuse_symlinks(dir)?;
     std::fs::create_dir_all(dir).at("create", dir)?;
     let files: [(&str, &str); 4] = [
         ("kernels/smoke/kernel.toml", SMOKE_TOML),
@@ -124,10 +125,10 @@ pub fn init(dir: &Path, smoke_source: &str) -> Result<InitReport> {
         report.created.push(relative.into());
     }
     let gitignore = dir.join(".gitignore");
-    let mut text = match std::fs::read_to_string(&gitignore) {
-        Ok(t) => t,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => String::new(),
-        Err(e) => return Err(e).at("read", &gitignore),
+    let mut text = if gitignore.symlink_metadata().is_ok() {
+        kart_runtime::text::read_text(&gitignore, kart_runtime::text::Limit::MANIFEST)?
+    } else {
+        String::new()
     };
     for line in GITIGNORE_LINES {
         if !text.lines().any(|l| l.trim() == *line) {
@@ -143,6 +144,58 @@ pub fn init(dir: &Path, smoke_source: &str) -> Result<InitReport> {
         write_atomic(&gitignore, text.as_bytes())?;
     }
     Ok(report)
+}
+
+/// Every path `init` reads or writes, relative to the project folder.
+const TOUCHED: &[&str] = &[
+    PROJECT_FILE,
+    ".gitignore",
+    ".github",
+    ".github/workflows",
+    ".github/workflows/kart.yml",
+    "kernels",
+    "kernels/smoke",
+    "kernels/smoke/kernel.toml",
+    "kernels/smoke/smoke.cu",
+];
+
+/// Refuses, before anything is written, a folder where any path `init` would read or
+/// write is a symlink: a cloned repository may hold `.gitignore` linked to a secret
+/// (whose text init would copy into a new world-readable file) or `.github` linked to a
+/// folder elsewhere (which init would write into).
+fn refuse_symlinks(dir: &Path) -> Result<()> {
+    let links: Vec<String> = TOUCHED
+        .iter()
+        .filter_map(|relative| {
+            let path = dir.join(relative);
+            let meta = path.symlink_metadata().ok()?;
+            if !meta.file_type().is_symlink() {
+                return None;
+            }
+            let target = std::fs::read_link(&path)
+                .map(|t| t.display().to_string())
+                .unwrap_or_else(|_| "?".into());
+            Some(format!(
+                "`{relative}` (→ {})",
+                kart_runtime::untrusted::for_terminal(&target)
+            ))
+        })
+        .collect();
+    if links.is_empty() {
+        return Ok(());
+    }
+    Err(Error::usage(
+        format!(
+            "`{}`: kart init neither reads nor writes through symlinks, and {} {}: nothing was written",
+            dir.display(),
+            links.join(", "),
+            if links.len() == 1 { "is one" } else { "are symlinks" }
+        ),
+        Some(
+            "replace each link by the file or folder itself (or remove it), then run `kart init` again"
+                .into(),
+        ),
+    ))
 }
 
 #[cfg(test)]

@@ -167,12 +167,20 @@ pub struct GcReport {
     pub bytes: u64,
     /// Folders of failed compiles kept by `kart build --keep-temps`.
     pub kept: usize,
+    /// Other projects using this store whose locks' blobs were kept.
+    pub shared_with: Vec<std::path::PathBuf>,
+    /// Projects registered with the store that no longer exist: their registrations
+    /// were dropped (or would be).
+    pub forgotten: Vec<std::path::PathBuf>,
 }
 
-/// Removes every blob and entry the lock does not name (the store must be held
-/// exclusively). With `dry_run`, only reports. Without a `kart.lock` it refuses, unless
-/// `all_unreferenced` says to remove everything (a missing lock names nothing; a
-/// checkout on the wrong branch or a deleted file must not empty the store).
+/// Removes every blob and entry that neither the lock nor the lock of another project
+/// registered with the store names (the store must be held exclusively). With
+/// `dry_run`, only reports. Without a `kart.lock`, with one that names no artifact or
+/// none of this project's kernels, it refuses, unless `all_unreferenced` says to remove
+/// everything no lock names (a missing or emptied lock names nothing; a checkout on the
+/// wrong branch, a deleted file or another project's lock must not empty the store).
+/// A registered project whose lock cannot be read stops it: its blobs are unknown.
 pub fn gc(ws: &Workspace, dry_run: bool, all_unreferenced: bool) -> Result<GcReport> {
     let path = crate::store::lockfile::lock_path(&ws.project.root);
     if !path.exists() && !all_unreferenced {
@@ -187,9 +195,17 @@ pub fn gc(ws: &Workspace, dry_run: bool, all_unreferenced: bool) -> Result<GcRep
         ));
     }
     let lock = ws.lock()?;
-    let keep_blobs: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.digest.as_str()).collect();
-    let keep_keys: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.key.as_str()).collect();
+    if !all_unreferenced {
+        refuse_a_lock_that_keeps_nothing(ws, &lock)?;
+    }
     let mut report = GcReport::default();
+    let mut keep_blobs: BTreeSet<String> =
+        lock.artifacts.iter().map(|a| a.digest.clone()).collect();
+    let mut keep_keys: BTreeSet<String> = lock.artifacts.iter().map(|a| a.key.clone()).collect();
+    for other in other_projects(ws, dry_run, &mut report)? {
+        keep_blobs.extend(other.artifacts.iter().map(|a| a.digest.clone()));
+        keep_keys.extend(other.artifacts.into_iter().map(|a| a.key));
+    }
     for digest in ws.store.blob_digests()? {
         if !keep_blobs.contains(digest.as_str()) {
             report.bytes += if dry_run {
@@ -218,6 +234,101 @@ pub fn gc(ws: &Workspace, dry_run: bool, all_unreferenced: bool) -> Result<GcRep
         }
     }
     Ok(report)
+}
+
+/// A lock with no artifact, or none of this project's kernels, would have gc empty the
+/// store: refused unless said with `--all-unreferenced`.
+fn refuse_a_lock_that_keeps_nothing(
+    ws: &Workspace,
+    lock: &crate::store::lockfile::Lockfile,
+) -> Result<()> {
+    let hint = "run `kart build` to write this project's kart.lock, or `kart gc --all-unreferenced` to remove everything no lock names";
+    if lock.artifacts.is_empty() {
+        return Err(Error::usage(
+            format!(
+                "kart.lock in {} names no artifact: gc keeps what the lock names, and with this lock it would remove every blob of the store",
+                ws.project.root.display()
+            ),
+            Some(hint.into()),
+        ));
+    }
+    let ours = |k: &str| ws.project.kernels.iter().any(|p| p.name == k);
+    if !ws.project.kernels.is_empty() && !lock.artifacts.iter().any(|a| ours(&a.kernel)) {
+        let named: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
+        return Err(Error::usage(
+            format!(
+                "kart.lock in {} names none of this project's kernels (it names {}): is it another project's? gc would remove this project's blobs",
+                ws.project.root.display(),
+                named
+                    .into_iter()
+                    .take(5)
+                    .map(|k| crate::untrusted::for_terminal(k).into_owned())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+            Some(hint.into()),
+        ));
+    }
+    Ok(())
+}
+
+/// The locks of the other projects registered with the store (a store shared through
+/// `store_outside_project`). A project that no longer exists has its registration
+/// dropped; one whose lock cannot be read stops gc.
+fn other_projects(
+    ws: &Workspace,
+    dry_run: bool,
+    report: &mut GcReport,
+) -> Result<Vec<crate::store::lockfile::Lockfile>> {
+    use crate::store::projects;
+    let mut locks = Vec::new();
+    for found in projects::registered(&ws.store.projects_dir())? {
+        if projects::is_of(&found, &ws.project.root) {
+            continue;
+        }
+        let registration = found.registration.map_err(|why| {
+            Error::usage(
+                format!(
+                    "the store's record of a project using it, `{}`, cannot be read ({why}): gc cannot tell what that project keeps",
+                    found.file.display()
+                ),
+                Some("remove that file if no other project uses this store, then run gc again".into()),
+            )
+        })?;
+        if !registration
+            .root
+            .join(crate::project::PROJECT_FILE)
+            .is_file()
+        {
+            if !dry_run {
+                projects::forget(&found.file)?;
+            }
+            report.forgotten.push(registration.root);
+            continue;
+        }
+        match crate::store::lockfile::Lockfile::read(&registration.lock, &registration.lock) {
+            Ok(Some(lock)) => {
+                locks.push(lock);
+                report.shared_with.push(registration.root);
+            }
+            // A project with no lock yet keeps nothing.
+            Ok(None) => {}
+            Err(e) => {
+                return Err(Error::usage(
+                    format!(
+                        "the project `{}` shares this store, and its lock cannot be read: {}; gc would remove blobs it may need",
+                        registration.root.display(),
+                        e.with_causes()
+                    ),
+                    Some(format!(
+                        "fix that lock (`kart build` in that project), or remove `{}` if that project no longer uses this store",
+                        found.file.display()
+                    )),
+                ));
+            }
+        }
+    }
+    Ok(locks)
 }
 
 /// One row of `kart ls`.

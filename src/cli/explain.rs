@@ -37,25 +37,31 @@ pub fn run(
         print_json(&e);
         return Ok(ExitCode::SUCCESS);
     }
-    println!("{}", e.artifact);
+    // Every line is escaped: inputs come from files, and old keys' inputs from
+    // action entries another machine may have written.
+    let show = |s: &str| kart::untrusted::for_terminal(s).into_owned();
+    println!("{}", show(&e.artifact));
     println!("action key {}", e.key);
     for (name, value) in &e.inputs.0 {
         let value = value.lines().collect::<Vec<_>>().join(" | ");
-        println!("  {name}: {value}");
+        println!("  {}: {}", show(name), show(&value));
     }
     for t in &e.templates {
         let symbol = t.symbol.as_deref().unwrap_or("(not built)");
         println!(
-            "entry {}: {} = {} -> {symbol}",
-            t.entry, t.written, t.instance
+            "entry {}: {} = {} -> {}",
+            show(&t.entry),
+            show(&t.written),
+            show(&t.instance),
+            show(symbol)
         );
     }
     if e.changes.is_empty() {
-        println!("{}", e.lock);
+        println!("{}", show(&e.lock));
     } else {
-        println!("{}:", e.lock);
+        println!("{}:", show(&e.lock));
         for line in &e.changes {
-            println!("  {line}");
+            println!("  {}", show(line));
         }
     }
     Ok(ExitCode::SUCCESS)

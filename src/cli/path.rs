@@ -65,7 +65,7 @@ fn write_materialized(
     let path = store
         .materialized_dir()
         .join(format!("{}.{}", a.digest, a.kind));
-    let up_to_date = std::fs::read(&path).is_ok_and(|b| kart::digest::sha256_hex(&b) == a.digest);
+    let up_to_date = kart::digest::sha256_file(&path).is_ok_and(|d| d == a.digest);
     if !up_to_date {
         let bytes = store.read_blob(&a.digest, Some(a.size))?;
         kart::store::fsutil::write_atomic(&path, &bytes)?;

@@ -183,7 +183,9 @@ fn record_path(folder: &Path) -> PathBuf {
 }
 
 fn read_record(folder: &Path) -> Option<InstallRecord> {
-    let text = std::fs::read_to_string(record_path(folder)).ok()?;
+    let text =
+        kart_runtime::text::read_text(&record_path(folder), kart_runtime::text::Limit::CACHE)
+            .ok()?;
     let record: InstallRecord = serde_json::from_str(&text).ok()?;
     (record.format == RECORD_FORMAT && folder.is_dir()).then_some(record)
 }

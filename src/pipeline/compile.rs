@@ -384,7 +384,8 @@ fn entry_error(
     // The unit's line 1 is a comment, line 2 the #include, line 3 + i instance i.
     let (entry, _) = instances.get(line.checked_sub(3)?)?;
     let manifest = job.root.join(&job.kernel.manifest);
-    let text = std::fs::read_to_string(&manifest).unwrap_or_default();
+    let text = kart_runtime::text::read_text(&manifest, kart_runtime::text::Limit::MANIFEST)
+        .unwrap_or_default();
     let (row, column) = text
         .find(&entry.written)
         .map(|offset| {
@@ -409,7 +410,11 @@ fn entry_error(
 /// The names of the `__global__` functions the kernel's first source defines, read
 /// loosely (the word before the first `(` after `__global__`): hints only.
 fn global_functions(job: &CompileJob<'_>) -> Vec<String> {
-    let text = std::fs::read_to_string(job.root.join(&job.kernel.sources[0])).unwrap_or_default();
+    let text = kart_runtime::text::read_text(
+        &job.root.join(&job.kernel.sources[0]),
+        kart_runtime::text::Limit::SOURCE,
+    )
+    .unwrap_or_default();
     text.split("__global__")
         .skip(1)
         .filter_map(|after| {

@@ -186,7 +186,7 @@ fn cached_tree_hash(dir: &Path, cache_dir: &Path) -> Result<String> {
         "library-{}.json",
         &sha256_hex(abs.as_os_str().as_encoded_bytes())[..24]
     ));
-    if let Ok(text) = std::fs::read_to_string(&cache_file)
+    if let Ok(text) = kart_runtime::text::read_text(&cache_file, kart_runtime::text::Limit::CACHE)
         && let Ok(cached) = serde_json::from_str::<CachedHash>(&text)
         && cached.version == CACHE_VERSION
         && cached.stamps == stamps

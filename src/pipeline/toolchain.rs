@@ -161,7 +161,8 @@ impl Toolchain {
             "{}.json",
             &sha256_hex(nvcc.as_os_str().as_encoded_bytes())[..24]
         ));
-        if let Ok(text) = std::fs::read_to_string(&cache_file)
+        if let Ok(text) =
+            kart_runtime::text::read_text(&cache_file, kart_runtime::text::Limit::CACHE)
             && let Ok(cached) = serde_json::from_str::<CachedToolchain>(&text)
             && cached.version == FINGERPRINT_CACHE_VERSION
             && cached.stamps == stamps

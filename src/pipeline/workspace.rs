@@ -22,6 +22,15 @@ impl Workspace {
     /// Opens the store of `project`.
     pub fn open(project: Project, mode: LockMode, lock_timeout: Duration) -> Result<Workspace> {
         let store = Store::open_sweeping(&project.store_dir, mode, lock_timeout, &[&project.root])?;
+        // Every project that opens a store says so, so that a gc from another project
+        // sharing it keeps this one's blobs. A read-only store cannot be collected.
+        if !store.is_read_only() {
+            crate::store::projects::register(
+                &store.projects_dir(),
+                &project.root,
+                &lock_path(&project.root),
+            )?;
+        }
         Ok(Workspace { project, store })
     }
 

@@ -62,7 +62,7 @@ pub struct RawFleetGpu {
 
 /// Reads a fleet file: `[[fleet]]` tables and nothing else.
 pub fn read_fleet_file(path: &Path, shown: &Path) -> Result<Vec<FleetGpu>> {
-    let text = kart_runtime::text::read_text(path)?;
+    let text = kart_runtime::text::read_text(path, kart_runtime::text::Limit::MANIFEST)?;
     let file = SourceFile {
         path: shown.to_path_buf(),
         text: &text,

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use kart_runtime::error::Result;
 use kart_runtime::model::ParamValue;
 use kart_runtime::target::TargetArch;
-use kart_runtime::text::{SourceFile, read_text};
+use kart_runtime::text::{Limit, SourceFile, read_text};
 use kart_runtime::untrusted::is_c_identifier;
 
 use crate::project::grid_toml::{check_grid, default_config, derived, rules, tune_spec};
@@ -28,7 +28,7 @@ pub(super) fn load_kernel(
 ) -> Result<Kernel> {
     // Parsing: the file's text into typed, spanned fields (syntax and types only).
     let manifest = dir.join(KERNEL_FILE);
-    let text = read_text(&root.join(&manifest))?;
+    let text = read_text(&root.join(&manifest), Limit::MANIFEST)?;
     let file = SourceFile {
         path: manifest.clone(),
         text: &text,
@@ -113,7 +113,7 @@ fn scan_sources(kernel: &Kernel, root: &Path) -> Result<(BTreeSet<String>, BTree
         return Ok((declared, BTreeSet::new()));
     }
     for source in &kernel.sources {
-        let text = read_text(&root.join(source))?;
+        let text = read_text(&root.join(source), Limit::SOURCE)?;
         if !derived.is_empty() {
             declared.extend(crate::project::entry::declared_names(&text, &derived));
         }
@@ -122,7 +122,7 @@ fn scan_sources(kernel: &Kernel, root: &Path) -> Result<(BTreeSet<String>, BTree
     for dir in &kernel.include {
         for file in crate::tree::files_under(&root.join(dir))? {
             // Headers are text; anything else in the folder says nothing of names.
-            if let Ok(text) = std::fs::read_to_string(&file) {
+            if let Ok(text) = read_text(&file, Limit::SOURCE) {
                 mentioned.extend(crate::project::entry::mentioned_names(&text, &all));
             }
         }

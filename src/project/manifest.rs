@@ -92,7 +92,7 @@ impl Project {
     pub fn load(root: &Path) -> Result<Project> {
         let root = std::fs::canonicalize(root).at("resolve", root)?;
         let path = root.join(PROJECT_FILE);
-        let text = read_text(&path)?;
+        let text = read_text(&path, kart_runtime::text::Limit::MANIFEST)?;
         let file = SourceFile {
             path: PathBuf::from(PROJECT_FILE),
             text: &text,
@@ -404,16 +404,19 @@ fn declared_name(root: &Path, dir: &Path) -> String {
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_default();
-    std::fs::read_to_string(root.join(dir).join(KERNEL_FILE))
-        .ok()
-        .and_then(|text| text.parse::<toml::Table>().ok())
-        .and_then(|table| match table.get("name") {
-            Some(toml::Value::String(name)) if kart_runtime::untrusted::is_c_identifier(name) => {
-                Some(name.clone())
-            }
-            _ => None,
-        })
-        .unwrap_or(folder)
+    read_text(
+        &root.join(dir).join(KERNEL_FILE),
+        kart_runtime::text::Limit::MANIFEST,
+    )
+    .ok()
+    .and_then(|text| text.parse::<toml::Table>().ok())
+    .and_then(|table| match table.get("name") {
+        Some(toml::Value::String(name)) if kart_runtime::untrusted::is_c_identifier(name) => {
+            Some(name.clone())
+        }
+        _ => None,
+    })
+    .unwrap_or(folder)
 }
 
 /// A `variant_of` names a kernel that is no variant itself, and the variant is called

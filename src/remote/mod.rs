@@ -165,6 +165,7 @@ pub struct Remote {
     pub jobs: usize,
     retries: u32,
     give_up_after: Duration,
+    timeouts: Timeouts,
     backend: Backend,
     breaker: Breaker,
     opened: Instant,
@@ -242,6 +243,7 @@ impl Remote {
             jobs: settings.jobs.max(1),
             retries: settings.retries,
             give_up_after: settings.give_up_after,
+            timeouts: settings.timeouts,
             backend,
             breaker: Breaker::default(),
             opened: Instant::now(),
@@ -336,8 +338,13 @@ impl Remote {
         let name = checked_name(name)?;
         match &self.backend {
             Backend::Folder(root) => {
-                check_folder(root, &self.shown)?;
-                Ok(root.join(kind).join(name).is_file())
+                let path = root.join(kind).join(name);
+                let shown = self.shown.clone();
+                let file = path.clone();
+                self.folder_read(&path, 0, move |root| {
+                    check_folder(&root, &shown)?;
+                    Ok(file.is_file())
+                })
             }
             Backend::Http(_) => Ok(self
                 .http(reqwest::Method::HEAD, kind, name, None, 0)?
@@ -348,21 +355,30 @@ impl Remote {
     fn get(&self, kind: &str, name: &str, limit: u64) -> Result<Option<Vec<u8>>> {
         match &self.backend {
             Backend::Folder(root) => {
-                check_folder(root, &self.shown)?;
                 let path = root.join(kind).join(name);
-                let file = match std::fs::File::open(&path) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-                    Err(e) => return Err(e).at("read", &path),
-                };
-                crate::store::fsutil::read_bounded(file, limit)
-                    .map(Some)
-                    .map_err(|why| Error::Remote {
+                let shown = self.shown.clone();
+                let shown_path = path.clone();
+                self.folder_read(&shown_path, limit, move |root| {
+                    check_folder(&root, &shown)?;
+                    let corrupt = |why: String| Error::Remote {
                         url: path.display().to_string(),
                         message: format!("sent a file {why}"),
                         failure: RemoteFailure::Corrupt,
                         hint: Some("nothing was stored".into()),
-                    })
+                    };
+                    // Only a regular file: a FIFO would block the open, a device never end.
+                    let file = match kart_runtime::text::open_regular(&path) {
+                        Ok(f) => f,
+                        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+                            return Err(corrupt(format!("that is no file: {e}")));
+                        }
+                        Err(e) => return Err(e).at("read", &path),
+                    };
+                    crate::store::fsutil::read_bounded(file, limit)
+                        .map(Some)
+                        .map_err(corrupt)
+                })
             }
             Backend::Http(_) => self.http(reqwest::Method::GET, kind, name, None, limit),
         }
@@ -383,6 +399,58 @@ impl Remote {
             Backend::Http(_) => self
                 .http(reqwest::Method::PUT, kind, name, Some(bytes), 0)
                 .map(|_| ()),
+        }
+    }
+
+    /// Runs `read` (given the folder) on a thread of its own and waits for it no longer
+    /// than an HTTP request moving `bytes` would get (and the run's remote budget): a
+    /// shared folder is often a network mount, where a read can hang for minutes. A
+    /// read that does not finish in time gives the remote up for the run, as a timeout
+    /// over HTTP does; its thread is left to finish or die with the process.
+    fn folder_read<T: Send + 'static>(
+        &self,
+        path: &Path,
+        bytes: u64,
+        read: impl FnOnce(PathBuf) -> Result<T> + Send + 'static,
+    ) -> Result<T> {
+        let Backend::Folder(root) = &self.backend else {
+            return Err(Error::usage("not a folder remote", None));
+        };
+        let unreachable = |message: String| {
+            Error::Remote {
+            url: path.display().to_string(),
+            message,
+            failure: RemoteFailure::Unreachable,
+            hint: Some(
+                "check the shared folder's mount; the clocks are `[remote]` settings and flags (--first-byte-timeout, --stall-timeout)"
+                    .into(),
+            ),
+        }
+        };
+        if let Some(why) = self.breaker.why() {
+            return Err(unreachable(format!(
+                "not read: the remote was given up for this run ({why})"
+            )));
+        }
+        let left = self.budget.saturating_sub(self.opened.elapsed());
+        let wait = self.timeouts.deadline(bytes).min(left);
+        let (tx, rx) = std::sync::mpsc::channel();
+        let root = root.clone();
+        std::thread::Builder::new()
+            .name("kart-folder-remote".into())
+            .spawn(move || {
+                let _ = tx.send(read(root));
+            })
+            .map_err(|e| unreachable(format!("cannot start a reader thread: {e}")))?;
+        match rx.recv_timeout(wait) {
+            Ok(result) => result,
+            Err(_) => {
+                let why = format!("a read did not finish in {:.1} s", wait.as_secs_f64());
+                self.breaker.trip(&why);
+                Err(unreachable(format!(
+                    "{why}; kart stops waiting on this remote for the rest of this run"
+                )))
+            }
         }
     }
 
@@ -612,5 +680,43 @@ mod tests {
         assert!(err.to_string().contains("hashing to"), "{err}");
         let err = remote.get_blob(&digest, Some(4)).unwrap_err();
         assert!(err.to_string().contains("larger than 4 bytes"), "{err}");
+    }
+
+    #[test]
+    fn a_folder_read_that_hangs_gives_the_remote_up_at_its_deadline() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut settings = RemoteSettings::new(format!("file://{}", dir.path().display()));
+        settings.timeouts.first_byte = Duration::from_millis(200);
+        settings.timeouts.stall = Duration::from_millis(100);
+        let remote = Remote::open(&settings, None).unwrap();
+        let start = Instant::now();
+        let err = remote
+            .folder_read(dir.path(), 0, |_| {
+                std::thread::sleep(Duration::from_secs(5));
+                Ok(())
+            })
+            .unwrap_err();
+        let took = start.elapsed();
+        assert!(took < Duration::from_secs(2), "{took:?}");
+        assert!(err.to_string().contains("did not finish in 0.3 s"), "{err}");
+        // Given up: the next read fails at once, without waiting again.
+        let digest = sha256_hex(b"x");
+        let err = remote.get_blob(&digest, None).unwrap_err();
+        assert!(err.to_string().contains("given up"), "{err}");
+        // A FIFO under a blob's name is refused at once, not waited on.
+        let remote = Remote::open(
+            &RemoteSettings::new(format!("file://{}", dir.path().display())),
+            None,
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("cas")).unwrap();
+        let fifo = dir.path().join("cas").join(&digest);
+        let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+        assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o644) }, 0);
+        let err = remote.get_blob(&digest, None).unwrap_err();
+        assert!(
+            err.to_string().contains("a FIFO, not a regular file"),
+            "{err}"
+        );
     }
 }

@@ -4,6 +4,7 @@
 //! Over 600 lines on purpose: the command line's tests that need no remote, no header
 //! library and no variant (those have their own files beside this one).
 
+mod bounds;
 mod fleet;
 mod harness;
 mod libraries;

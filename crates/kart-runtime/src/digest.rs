@@ -14,7 +14,7 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
 
 /// Lower-case hex sha256 of a file's contents, streamed.
 pub fn sha256_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path).at("open", path)?;
+    let mut file = crate::text::open_regular(path).at("open", path)?;
     let mut hasher = Sha256::new();
     let mut buf = vec![0u8; 1 << 16];
     loop {

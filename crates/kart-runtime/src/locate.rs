@@ -8,7 +8,7 @@ use serde::Deserialize;
 use toml::Spanned;
 
 use crate::error::{Error, IoContext, Result};
-use crate::text::{SourceFile, read_text};
+use crate::text::{Limit, SourceFile, read_text};
 
 /// The project manifest's file name.
 pub const PROJECT_FILE: &str = "kart.toml";
@@ -61,7 +61,7 @@ pub fn project(start: &Path) -> Result<ProjectPaths> {
         store_outside_project: bool,
     }
     let root = find_root(start)?;
-    let text = read_text(&root.join(PROJECT_FILE))?;
+    let text = read_text(&root.join(PROJECT_FILE), Limit::MANIFEST)?;
     let file = SourceFile {
         path: PathBuf::from(PROJECT_FILE),
         text: &text,
@@ -101,6 +101,24 @@ pub fn store_dir(
             })?;
             root.join(inside)
         }
-        None => root.join("artifacts"),
+        None => {
+            // The default folder too may be a committed symlink to elsewhere.
+            let dir = root.join("artifacts");
+            match crate::text::real_path(&dir) {
+                Some(real) if real.starts_with(root) || store_outside_project => dir,
+                _ => {
+                    return Err(Error::usage(
+                        format!(
+                            "the store `{}` leads out of the project through a symlink",
+                            dir.display()
+                        ),
+                        Some(
+                            "replace the link by a folder, or add `store_outside_project = true` to [project] to mean it"
+                                .into(),
+                        ),
+                    ));
+                }
+            }
+        }
     })
 }

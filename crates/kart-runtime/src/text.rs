@@ -8,9 +8,137 @@ use toml::Spanned;
 
 use crate::error::{Error, IoContext, Result};
 
-/// Reads a UTF-8 text file, naming it on failure.
-pub fn read_text(path: &Path) -> Result<String> {
-    let bytes = std::fs::read(path).at("read", path)?;
+/// The most kart reads of one kind of file: any file kart reads may be a FIFO that
+/// never ends, a link to `/dev/zero` or a mistake gigabytes long.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limit {
+    /// The kind of file, for messages.
+    pub what: &'static str,
+    /// Bytes.
+    pub bytes: u64,
+}
+
+impl Limit {
+    /// `kart.lock`: a lock of 100,000 artifacts is about 50 MB.
+    pub const LOCK: Limit = Limit {
+        what: "kart.lock",
+        bytes: 256 << 20,
+    };
+    /// `kart.toml`, `kernel.toml`, fleet and problems files: written by hand.
+    pub const MANIFEST: Limit = Limit {
+        what: "a manifest",
+        bytes: 4 << 20,
+    };
+    /// A kernel's source or header, scanned for the params it mentions.
+    pub const SOURCE: Limit = Limit {
+        what: "a kernel source",
+        bytes: 64 << 20,
+    };
+    /// An action entry: it carries nvcc's stderr and the key's preimage.
+    pub const ENTRY: Limit = Limit {
+        what: "an action entry",
+        bytes: 8 << 20,
+    };
+    /// `kart.tune`, `kart.attest`: one record per config and GPU.
+    pub const SIDECAR: Limit = Limit {
+        what: "a sidecar (kart.tune, kart.attest)",
+        bytes: 64 << 20,
+    };
+    /// A run-time trace.
+    pub const TRACE: Limit = Limit {
+        what: "a trace",
+        bytes: 256 << 20,
+    };
+    /// Small files of kart's own (a cached fingerprint, a record of an install).
+    pub const CACHE: Limit = Limit {
+        what: "a cache file",
+        bytes: 4 << 20,
+    };
+}
+
+/// What kind of file system object a file type is, for messages.
+fn kind_of(t: std::fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if t.is_fifo() {
+        "a FIFO"
+    } else if t.is_char_device() {
+        "a character device"
+    } else if t.is_block_device() {
+        "a block device"
+    } else if t.is_socket() {
+        "a socket"
+    } else if t.is_dir() {
+        "a folder"
+    } else {
+        "not a regular file"
+    }
+}
+
+/// Opens `path` for reading only if it is (or a symlink leads to) a regular file. The
+/// open itself cannot block (`O_NONBLOCK`: a FIFO with no writer would wait forever),
+/// and the type is taken from the opened handle, so the file checked is the file read.
+/// Anything else is an `InvalidInput` error saying what it is.
+pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let t = file.metadata()?.file_type();
+    if !t.is_file() {
+        return Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("it is {}, not a regular file", kind_of(t)),
+        ));
+    }
+    Ok(file)
+}
+
+/// Reads at most `limit` bytes of a regular file at `path`. A file of another type or
+/// over the limit is refused with a message naming the file, the limit and what to do.
+pub fn read_limited(path: &Path, limit: Limit) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let size = |n: u64| {
+        if n >= 1 << 20 {
+            format!("{} MiB", n >> 20)
+        } else {
+            format!("{n} bytes")
+        }
+    };
+    let refuse = |why: String| {
+        Error::usage(
+            format!(
+                "`{}`: {why}; kart reads {} only from a regular file of at most {}",
+                path.display(),
+                limit.what,
+                size(limit.bytes)
+            ),
+            Some("replace it with the file itself (not a FIFO, device or link to one), or check that it is the right file".into()),
+        )
+    };
+    let file = match open_regular(path) {
+        Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
+            return Err(refuse(e.to_string()));
+        }
+        other => other.at("read", path)?,
+    };
+    let len = file.metadata().at("read", path)?.len();
+    if len > limit.bytes {
+        return Err(refuse(format!("it is {}", size(len))));
+    }
+    let mut bytes = Vec::with_capacity(len as usize);
+    file.take(limit.bytes + 1)
+        .read_to_end(&mut bytes)
+        .at("read", path)?;
+    if bytes.len() as u64 > limit.bytes {
+        return Err(refuse("it grew while being read".into()));
+    }
+    Ok(bytes)
+}
+
+/// Reads a UTF-8 text file of at most `limit` bytes, naming it on failure.
+pub fn read_text(path: &Path, limit: Limit) -> Result<String> {
+    let bytes = read_limited(path, limit)?;
     String::from_utf8(bytes).map_err(|e| {
         let offset = e.utf8_error().valid_up_to();
         let before = &e.as_bytes()[..offset];
@@ -29,6 +157,24 @@ pub fn read_text(path: &Path) -> Result<String> {
             hint: Some("save it as UTF-8".into()),
         }
     })
+}
+
+/// Where `path` really is, even where its last components do not exist yet: the
+/// deepest existing ancestor resolved through every symlink, the rest appended (what
+/// `create_dir_all` would create). `None` for a dangling symlink on the way, whose
+/// target nobody can check, or a path with `..` below the existing part.
+pub fn real_path(path: &Path) -> Option<PathBuf> {
+    let mut existing = path;
+    let mut rest = Vec::new();
+    while existing.symlink_metadata().is_err() {
+        rest.push(existing.file_name()?);
+        existing = existing.parent()?;
+    }
+    let mut real = std::fs::canonicalize(existing).ok()?;
+    for name in rest.into_iter().rev() {
+        real.push(name);
+    }
+    Some(real)
 }
 
 /// serde's "unknown field `x`, expected one of `a`, `b`" (or "expected `a`"): the
@@ -143,12 +289,11 @@ impl SourceFile<'_> {
                 Component::RootDir | Component::Prefix(_) => return Err(outside()),
             }
         }
-        // A symlink may still lead out of the project.
-        if let Ok(real) = std::fs::canonicalize(root.join(&joined))
-            && !real.starts_with(root)
-        {
-            return Err(outside());
+        // A symlink may still lead out of the project, also one above a folder that
+        // does not exist yet (kart would create it on the far side of the link).
+        match real_path(&root.join(&joined)) {
+            Some(real) if real.starts_with(root) => Ok(joined),
+            _ => Err(outside()),
         }
-        Ok(joined)
     }
 }

@@ -233,7 +233,7 @@ impl Hasher for Prehashed {
 /// Reads a trace: every line a record, checked; a line that is not one is an error
 /// naming its number (a torn last line of a killed process is skipped).
 pub fn read(path: &Path) -> Result<Vec<TraceRecord>> {
-    let text = crate::text::read_text(path)?;
+    let text = crate::text::read_text(path, crate::text::Limit::TRACE)?;
     let mut records = Vec::new();
     let lines: Vec<&str> = text.split('\n').collect();
     for (i, line) in lines.iter().enumerate() {

@@ -109,6 +109,16 @@ impl ActionEntry {
         for e in &self.entries {
             e.validate()?;
         }
+        // `kart explain` prints the preimage: checked here so a forged entry is refused
+        // whole rather than shown. (nvcc's stderr is escaped where it is replayed: a
+        // compiler may well print a carriage return.)
+        if self.preimage.0.len() > 100_000 {
+            return Err(format!("{} key inputs", self.preimage.0.len()));
+        }
+        for (name, value) in &self.preimage.0 {
+            crate::untrusted::label("key input name", name)?;
+            crate::untrusted::multiline("key input value", value, 1 << 20)?;
+        }
         Ok(())
     }
 }

@@ -62,7 +62,12 @@ pub fn disk_full(dir: &Path) -> Option<String> {
 /// that (committed files keep their mtime, and an unchanged lock is not rewritten).
 /// Returns whether it wrote.
 pub fn write_if_changed(path: &Path, text: &str) -> Result<bool> {
-    if std::fs::read_to_string(path).is_ok_and(|old| old == text) {
+    let old = crate::text::open_regular(path).and_then(|f| {
+        let mut old = Vec::new();
+        std::io::Read::read_to_end(&mut std::io::Read::take(f, text.len() as u64 + 1), &mut old)
+            .map(|_| old)
+    });
+    if old.is_ok_and(|old| old == text.as_bytes()) {
         return Ok(false);
     }
     write_atomic(path, text.as_bytes())?;

@@ -179,7 +179,7 @@ impl Lockfile {
         if !path.exists() {
             return Ok(None);
         }
-        let text = read_text(path)?;
+        let text = read_text(path, crate::text::Limit::LOCK)?;
         Lockfile::parse(&text, shown).map(Some)
     }
 

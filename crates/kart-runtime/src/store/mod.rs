@@ -14,6 +14,7 @@
 //!     smoke/<fingerprint>          toolchains that passed the smoke compile
 //!     quarantine/                  blobs and entries that failed a check
 //!     materialized/                verified, decompressed cubins for other runtimes
+//!     projects/<sha256 of a root>  each project that uses the store: its root and lock
 //!     tmp/                         scratch folders of running compiles
 //! ```
 //! Every write is a temp file in the destination folder, synced, then renamed, so a
@@ -23,6 +24,7 @@ pub mod bundle;
 pub mod entry;
 pub mod fsutil;
 pub mod lockfile;
+pub mod projects;
 pub mod sidecar;
 
 use std::fs::{File, TryLockError};
@@ -32,6 +34,7 @@ use std::time::{Duration, Instant};
 use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
 use crate::store::fsutil::{read_bounded, sweep_temp_files, write_atomic};
+use crate::text::open_regular;
 pub use entry::{ActionEntry, ENTRY_FORMAT, is_other_format};
 
 /// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes
@@ -103,6 +106,7 @@ impl Store {
                 "quarantine",
                 "materialized",
                 "tmp",
+                projects::FOLDER,
             ] {
                 let p = dir.join(sub);
                 std::fs::create_dir_all(&p).at("create folder", &p)?;
@@ -175,6 +179,16 @@ impl Store {
     /// Where cached toolchain fingerprints live.
     pub fn toolchain_cache_dir(&self) -> PathBuf {
         self.dir.join("toolchains")
+    }
+
+    /// Where the projects that use this store are registered ([`projects`]).
+    pub fn projects_dir(&self) -> PathBuf {
+        self.dir.join(projects::FOLDER)
+    }
+
+    /// Whether the store was opened on a read-only file system.
+    pub fn is_read_only(&self) -> bool {
+        !writable(&self.dir)
     }
 
     /// Where verified, decompressed artifacts are written for other runtimes.
@@ -282,14 +296,22 @@ impl Store {
         }
         let limit = expected_size.unwrap_or(MAX_BLOB_BYTES);
         let raw = self.raw_blob_path(digest);
-        let (path, decoded) = match File::open(&raw) {
+        // Only regular files are read (a FIFO would block, a device never end); one of
+        // another type under a blob's name is corrupt like wrong bytes.
+        let (path, decoded) = match open_regular(&raw) {
             Ok(file) => (raw, read_bounded(file, limit)),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => (raw, Err(e.to_string())),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
                 let path = self.zst_blob_path(digest);
-                let file = File::open(&path).at("read blob", &path)?;
-                let bound = zstd::zstd_safe::compress_bound(limit as usize) as u64;
-                let decoded = read_bounded(file, bound)
-                    .and_then(|frame| decompress_bounded(&frame, expected_size));
+                let decoded = match open_regular(&path) {
+                    Ok(file) => {
+                        let bound = zstd::zstd_safe::compress_bound(limit as usize) as u64;
+                        read_bounded(file, bound)
+                            .and_then(|frame| decompress_bounded(&frame, expected_size))
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e.to_string()),
+                    Err(e) => return Err(e).at("read blob", &path),
+                };
                 (path, decoded)
             }
             Err(e) => return Err(e).at("read blob", &raw),
@@ -342,12 +364,13 @@ impl Store {
             return Ok(None);
         }
         let path = self.entry_path(key);
-        let bytes = match std::fs::read(&path) {
-            Ok(b) => b,
+        let read = match crate::text::open_regular(&path) {
+            Ok(file) => read_bounded(file, crate::text::Limit::ENTRY.bytes),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+            Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e.to_string()),
             Err(e) => return Err(e).at("read", &path),
         };
-        match ActionEntry::parse(&bytes, key) {
+        match read.and_then(|bytes| ActionEntry::parse(&bytes, key)) {
             Ok(entry) => Ok(entry),
             Err(message) => {
                 let quarantined = self.quarantine(&path);

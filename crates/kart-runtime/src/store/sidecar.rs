@@ -61,7 +61,7 @@ pub fn read<T: Sidecar>(path: &Path, shown: &Path) -> Result<T> {
     if !path.exists() {
         return Ok(T::empty());
     }
-    parse(&read_text(path)?, shown)
+    parse(&read_text(path, crate::text::Limit::SIDECAR)?, shown)
 }
 
 /// Parses and checks a sidecar file's `text` (read from a file or a bundle); `shown`

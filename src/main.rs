@@ -14,6 +14,8 @@ fn main() -> ExitCode {
     unsafe {
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
+    kart::pipeline::process::reap_if_asked();
+    kart::pipeline::process::enable_reaper();
     cli::complete::answer_if_asked();
     let args = cli::Cli::parse();
     match cli::run(&args) {

@@ -5,8 +5,86 @@
 use std::io::Read;
 use std::os::unix::process::CommandExt;
 use std::process::{Command, ExitStatus, Stdio};
-use std::sync::mpsc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Mutex, OnceLock, mpsc};
 use std::time::{Duration, Instant};
+
+/// The environment variable that makes the kart binary a reaper (see [`reap_if_asked`]).
+const REAPER_ENV: &str = "KART_REAPER";
+
+/// Whether this process may start a reaper: only the kart binary, whose own executable
+/// is one that knows [`REAPER_ENV`] (a test binary that spawned itself would run its
+/// tests again).
+static REAPER_ENABLED: AtomicBool = AtomicBool::new(false);
+
+/// The reaper's stdin: `+PGID` for each group started, `-PGID` for each one done.
+static REAPER: OnceLock<Option<Mutex<std::process::ChildStdin>>> = OnceLock::new();
+
+/// Lets [`run_with_timeout`] start a reaper: called by the kart binary's `main`.
+pub fn enable_reaper() {
+    REAPER_ENABLED.store(true, Ordering::SeqCst);
+}
+
+/// When this process was started as a reaper, runs as one and never returns.
+///
+/// nvcc and its children (cicc, ptxas, the host compiler) each run in a process group
+/// of their own, so that a timeout kills them all; the same makes them outlive kart
+/// when kart dies: a terminal's Ctrl-C reaches only kart's group, `kill -9` no handler,
+/// and `PR_SET_PDEATHSIG` would reach nvcc but not its children. So the first compile
+/// starts a reaper: a second copy of kart in a group of its own, deaf to SIGINT, SIGTERM
+/// and SIGHUP, told over a pipe which groups are live. The pipe closes whenever kart
+/// ends, however it ends; the reaper then kills every group still live, and exits.
+pub fn reap_if_asked() {
+    if std::env::var_os(REAPER_ENV).is_none() {
+        return;
+    }
+    // SAFETY: sets signal dispositions at start, before any thread exists.
+    unsafe {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+            libc::signal(signal, libc::SIG_IGN);
+        }
+    }
+    let mut live = std::collections::BTreeSet::new();
+    let mut line = String::new();
+    let mut stdin = std::io::stdin().lock();
+    while std::io::BufRead::read_line(&mut stdin, &mut line).is_ok_and(|n| n > 0) {
+        let pgid = |sign: char| line.trim().strip_prefix(sign)?.parse::<libc::pid_t>().ok();
+        if let Some(p) = pgid('+').filter(|&p| p > 1) {
+            live.insert(p);
+        } else if let Some(p) = pgid('-') {
+            live.remove(&p);
+        }
+        line.clear();
+    }
+    for pgid in live {
+        kill_group(pgid);
+    }
+    std::process::exit(0);
+}
+
+/// Tells the reaper (started on first use) that `pgid` is live (`+`) or done (`-`).
+fn tell_reaper(sign: char, pgid: libc::pid_t) {
+    if !REAPER_ENABLED.load(Ordering::SeqCst) {
+        return;
+    }
+    let reaper = REAPER.get_or_init(|| {
+        let exe = std::env::current_exe().ok()?;
+        let child = Command::new(exe)
+            .env(REAPER_ENV, "1")
+            .process_group(0)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .ok()?;
+        child.stdin.map(Mutex::new)
+    });
+    if let Some(stdin) = reaper
+        && let Ok(mut stdin) = stdin.lock()
+    {
+        let _ = std::io::Write::write_all(&mut *stdin, format!("{sign}{pgid}\n").as_bytes());
+    }
+}
 
 /// How a child process ended.
 #[derive(Debug)]
@@ -37,6 +115,7 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result
         .stderr(Stdio::piped());
     let mut child = cmd.spawn()?;
     let pgid = child.id() as libc::pid_t;
+    tell_reaper('+', pgid);
     let (tx, rx) = mpsc::channel::<(bool, Vec<u8>)>();
     let mut readers = 0;
     if let Some(mut out) = child.stdout.take() {
@@ -74,6 +153,7 @@ pub fn run_with_timeout(cmd: &mut Command, timeout: Duration) -> std::io::Result
     };
     // Whatever the child left behind in its group goes too.
     kill_group(pgid);
+    tell_reaper('-', pgid);
 
     let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
     let drain_deadline = Instant::now() + DRAIN_GRACE;

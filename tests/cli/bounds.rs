@@ -390,3 +390,48 @@ fn gc_in_one_project_keeps_the_blobs_of_another_sharing_the_store() {
     );
     assert_eq!(blob_files(&store).len(), 1);
 }
+
+/// Whether process `pid` is gone (or a zombie nobody reaped yet).
+fn gone(pid: &str) -> bool {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+    status.is_empty() || status.contains("State:\tZ")
+}
+
+#[test]
+fn nvcc_and_its_children_die_with_a_killed_kart() {
+    let p = TestProject::new(&["sm_90"]);
+    // The source mentions MODE, so it is passed as -DMODE=…, which the wrapper watches.
+    p.kernel(
+        "k",
+        "#ifdef MODE\nout[0] = 1;\n#endif",
+        "[params]\nMODE = [\"hang\"]\n",
+    );
+    let pids = p.root().join("pids");
+    let mut kart = std::process::Command::new(env!("CARGO_BIN_EXE_kart"))
+        .args(["build", "--timeout", "600"])
+        .current_dir(p.root())
+        .env("KART_NVCC", crate::harness::logging_nvcc())
+        .env("KART_TEST_PIDS", &pids)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !std::fs::read_to_string(&pids).is_ok_and(|s| s.ends_with('\n')) {
+        assert!(Instant::now() < deadline, "the hanging nvcc never started");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let pid = std::fs::read_to_string(&pids).unwrap().trim().to_string();
+    assert!(!gone(&pid));
+    kart.kill().unwrap(); // SIGKILL: no handler of kart's runs.
+    kart.wait().unwrap();
+    let killed = Instant::now();
+    while !gone(&pid) && killed.elapsed() < Duration::from_secs(5) {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    eprintln!(
+        "nvcc's grandchild gone {} ms after kill -9 of kart",
+        killed.elapsed().as_millis()
+    );
+    assert!(gone(&pid), "nvcc's grandchild {pid} outlived kart by 5 s");
+}

@@ -1,9 +1,12 @@
 //! Property-based fuzzing of every parser of user- or network-controlled files: kart.toml,
-//! kernel.toml, kart.lock, kart.attest, kart.tune and action entries. Inputs are the
-//! seed corpus in `tests/corpus/` (real files of this repository) mutated by proptest:
-//! bit flips, inserted tokens (brackets, quotes, `../`, huge numbers, NUL, invalid
-//! UTF-8), deletions and duplications. Properties: no panic; an accepted input names
-//! only 64-hex digests (so nothing it names can become a path outside the store).
+//! kernel.toml, kart.lock, kart.attest, kart.tune, action entries, bundles, traces, fleet
+//! and problems files, the package index's JSON and wheel archives. Inputs are the seed
+//! corpus in `tests/corpus/` (real files of this repository; the bundle and the wheel
+//! are made by the test) mutated by proptest: bit flips, inserted tokens (brackets,
+//! quotes, `../`, huge numbers, NUL, invalid UTF-8), 100,000 nested brackets or
+//! parentheses, deletions and duplications. Properties: no panic and no stack
+//! overflow; an accepted input names only 64-hex digests (so nothing it names can
+//! become a path outside the store).
 //!
 //! `KART_FUZZ_CASES` sets the cases per parser (default 300; the long form uses 20000).
 //! Prints inputs tried, rejected, panics, escapes and the peak memory of the process.
@@ -47,7 +50,12 @@ enum Mutation {
     Insert(usize, usize),
     Delete(usize, usize),
     Duplicate(usize, usize),
+    /// 100,000 copies of one opening token: a reader that recurses without a bound
+    /// overflows the stack and aborts the whole test binary.
+    Nest(usize, usize),
 }
+
+const OPENERS: &[&[u8]] = &[b"(", b"[", b"{", b"!", b"{\"a\":", b"[[", b"min("];
 
 fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
     prop::collection::vec(
@@ -56,6 +64,7 @@ fn mutations() -> impl Strategy<Value = Vec<Mutation>> {
             (any::<usize>(), 0..TOKENS.len()).prop_map(|(p, t)| Mutation::Insert(p, t)),
             (any::<usize>(), 1usize..64).prop_map(|(p, n)| Mutation::Delete(p, n)),
             (any::<usize>(), 1usize..256).prop_map(|(p, n)| Mutation::Duplicate(p, n)),
+            (any::<usize>(), 0..OPENERS.len()).prop_map(|(p, t)| Mutation::Nest(p, t)),
         ],
         1..8,
     )
@@ -82,6 +91,10 @@ fn apply(seed: &[u8], muts: &[Mutation]) -> Vec<u8> {
                 if i < end {
                     v.drain(i..end);
                 }
+            }
+            Mutation::Nest(p, t) => {
+                let i = p % (v.len() + 1);
+                v.splice(i..i, OPENERS[t].repeat(100_000));
             }
             Mutation::Duplicate(p, n) => {
                 let i = p % len;
@@ -241,5 +254,117 @@ fn fuzz_manifests() {
             }
         }
         Ok(Vec::new())
+    });
+}
+
+#[test]
+fn fuzz_deployment_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("f");
+    fuzz("trace", &corpus("trace.jsonl"), |b| {
+        std::fs::write(&path, b).map_err(|_| ())?;
+        let records = kart::trace::read(&path).map_err(|_| ())?;
+        Ok(records
+            .into_iter()
+            .filter_map(|r| match r {
+                kart::trace::TraceRecord::Launch { digest, .. } => Some(digest),
+                kart::trace::TraceRecord::Fallback { .. } => None,
+            })
+            .collect())
+    });
+    fuzz("fleet file", &corpus("fleet.toml"), |b| {
+        std::fs::write(&path, b).map_err(|_| ())?;
+        kart::project::fleet::read_fleet_file(&path, Path::new("fleet.toml"))
+            .map(|_| Vec::new())
+            .map_err(|_| ())
+    });
+    fuzz("problems file", &corpus("problems.toml"), |b| {
+        std::fs::write(&path, b).map_err(|_| ())?;
+        kart::coverage::read_problems(&path, Path::new("problems.toml"))
+            .map(|_| Vec::new())
+            .map_err(|_| ())
+    });
+    // A bundle of the corpus lock's first artifact, with stand-in bytes for its blob
+    // (the index is what is fuzzed; blobs are checked against their digests anyway).
+    let lock = kart::store::lockfile::Lockfile::parse(
+        std::str::from_utf8(&corpus("kart.lock")).unwrap(),
+        Path::new("kart.lock"),
+    )
+    .unwrap();
+    let one = kart::store::lockfile::Lockfile::new(lock.artifacts[..1].to_vec());
+    let seed = dir.path().join("seed.kartbundle");
+    // Stand-in bytes would fail the writer's own check of every blob: the file is laid
+    // out by hand as the writer lays it out.
+    let index = serde_json::json!({
+        "format": 1, "kart": "0.1.0", "made_for": ["fuzz"], "lock": one.to_text(),
+        "tune": "", "attest": "",
+        "blobs": [{"digest": one.artifacts[0].digest, "size": one.artifacts[0].size,
+                   "offset": 0, "stored": one.artifacts[0].size, "zstd": false}],
+    });
+    let json = serde_json::to_vec(&index).unwrap();
+    let mut bundle = b"KARTBNDL".to_vec();
+    bundle.extend_from_slice(&1u32.to_le_bytes());
+    bundle.extend_from_slice(&(json.len() as u64).to_le_bytes());
+    bundle.extend_from_slice(&json);
+    bundle.extend(std::iter::repeat_n(0u8, one.artifacts[0].size as usize));
+    std::fs::write(&seed, &bundle).unwrap();
+    kart::store::bundle::Bundle::open(&seed).expect("the seed bundle opens");
+    fuzz("bundle", &bundle, |b| {
+        std::fs::write(&path, b).map_err(|_| ())?;
+        let bundle = kart::store::bundle::Bundle::open(&path).map_err(|_| ())?;
+        Ok(bundle
+            .lock()
+            .artifacts
+            .iter()
+            .map(|a| a.digest.clone())
+            .collect())
+    });
+}
+
+#[test]
+fn fuzz_package_index_and_wheels() {
+    fuzz("index page", &corpus("index-page.json"), |b| {
+        let wheel = kart::install::index::pick_wheel(b, "nvidia-cuda-nvcc", "13.0.88", "x86_64")
+            .map_err(|_| ())?;
+        Ok(wheel.map(|w| w.sha256).into_iter().collect())
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let seed = {
+        use std::io::Write;
+        let mut bytes = std::io::Cursor::new(Vec::new());
+        let mut zip = zip::ZipWriter::new(&mut bytes);
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated);
+        for (name, text) in [
+            ("pkg/include/a.h", "// a header\n#pragma once\n"),
+            ("pkg/bin/tool", "#!/bin/sh\nexit 0\n"),
+            ("pkg-1.0.dist-info/RECORD", "pkg/include/a.h,,\n"),
+        ] {
+            zip.start_file(name, options).unwrap();
+            zip.write_all(text.as_bytes()).unwrap();
+        }
+        zip.finish().unwrap();
+        bytes.into_inner()
+    };
+    let wheel = dir.path().join("w.whl");
+    let n = AtomicUsize::new(0);
+    fuzz("wheel", &seed, |b| {
+        std::fs::write(&wheel, b).map_err(|_| ())?;
+        let out = dir
+            .path()
+            .join(format!("out{}", n.fetch_add(1, Ordering::Relaxed)));
+        kart::install::wheel::unpack(&wheel, &out).map_err(|_| ())?;
+        // Everything unpacked lies inside `out`: a name that escapes is reported as one.
+        let escaped = std::fs::read_dir(dir.path())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|name| !name.starts_with("out") && name != "w.whl")
+            .collect::<Vec<_>>();
+        let _ = std::fs::remove_dir_all(&out);
+        Ok(escaped
+            .into_iter()
+            .map(|n| format!("escaped {n}"))
+            .collect())
     });
 }

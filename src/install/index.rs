@@ -56,6 +56,73 @@ pub fn machine_tag() -> Result<&'static str> {
     }
 }
 
+/// The most an index's answer for one project may be: PyPI's page of every release of
+/// `nvidia-cuda-nvcc` is well under 1 MiB.
+const MAX_INDEX_BYTES: u64 = 64 << 20;
+
+/// The most a wheel may be when the index does not state its size (the largest CUDA
+/// toolkit wheels are under 1 GiB).
+const MAX_WHEEL_BYTES: u64 = 4 << 30;
+
+/// The slowest transfer kart waits for: a request's whole deadline is the stall clock
+/// plus its size at this rate, so a server that keeps a transfer barely alive is given
+/// up at its deadline, not never.
+const MIN_BYTES_PER_SECOND: u64 = 1 << 20;
+
+/// How long a transfer may move nothing (`KART_INSTALL_STALL_TIMEOUT`, seconds).
+fn stall_clock() -> Duration {
+    std::env::var("KART_INSTALL_STALL_TIMEOUT")
+        .ok()
+        .and_then(|s| s.parse::<u64>().ok())
+        .filter(|&s| s > 0)
+        .map_or(Duration::from_secs(60), Duration::from_secs)
+}
+
+/// Reads `response`'s body into `sink`, refusing more than `limit` bytes (announced or
+/// sent), a stall of `stall`, and any transfer not done `stall` plus `limit` at
+/// [`MIN_BYTES_PER_SECOND`] after it started. Returns the bytes read.
+async fn read_bounded(
+    response: &mut reqwest::Response,
+    limit: u64,
+    stall: Duration,
+    mut sink: impl FnMut(&[u8]) -> std::result::Result<(), String>,
+) -> std::result::Result<u64, String> {
+    if let Some(announced) = response.content_length()
+        && announced > limit
+    {
+        return Err(format!(
+            "the answer announces {announced} bytes, more than the {limit} expected"
+        ));
+    }
+    let whole = stall + Duration::from_secs(limit / MIN_BYTES_PER_SECOND);
+    let deadline = tokio::time::Instant::now() + whole;
+    let mut done = 0u64;
+    loop {
+        let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+        match tokio::time::timeout(stall.min(left), response.chunk()).await {
+            Err(_) if left <= stall => {
+                return Err(format!(
+                    "{done} bytes in {} s: slower than {} KiB/s, given up at its deadline",
+                    whole.as_secs(),
+                    MIN_BYTES_PER_SECOND >> 10
+                ));
+            }
+            Err(_) => return Err(format!("the transfer stalled for {} s", stall.as_secs())),
+            Ok(Err(e)) => return Err(e.without_url().to_string()),
+            Ok(Ok(None)) => return Ok(done),
+            Ok(Ok(Some(chunk))) => {
+                done += chunk.len() as u64;
+                if done > limit {
+                    return Err(format!(
+                        "the answer sent more than the {limit} bytes expected"
+                    ));
+                }
+                sink(&chunk)?;
+            }
+        }
+    }
+}
+
 /// A blocking HTTP client for the index and its files.
 pub struct Index {
     base: String,
@@ -100,51 +167,31 @@ impl Index {
         let tag = machine_tag()?;
         let url = format!("{}/{}/", self.base, normalize(name));
         let body = self.runtime.block_on(async {
-            let response = tokio::time::timeout(
-                Duration::from_secs(60),
+            let stall = stall_clock();
+            let mut response = tokio::time::timeout(
+                stall,
                 self.client
                     .get(&url)
                     .header("Accept", "application/vnd.pypi.simple.v1+json")
                     .send(),
             )
             .await
-            .map_err(|_| "no answer within 60 s".to_string())?
+            .map_err(|_| format!("no answer within {} s", stall.as_secs()))?
             .map_err(|e| e.without_url().to_string())?;
             if !response.status().is_success() {
                 return Err(format!("answered {}", response.status()));
             }
-            tokio::time::timeout(Duration::from_secs(60), response.bytes())
-                .await
-                .map_err(|_| "the answer took over 60 s".to_string())?
-                .map_err(|e| e.without_url().to_string())
+            let mut body = Vec::new();
+            read_bounded(&mut response, MAX_INDEX_BYTES, stall, |chunk| {
+                body.extend_from_slice(chunk);
+                Ok(())
+            })
+            .await?;
+            Ok(body)
         });
         let body = body.map_err(|m| self.error(&url, m))?;
-        let project: Project = serde_json::from_slice(&body)
-            .map_err(|e| self.error(&url, format!("not the JSON simple API ({e})")))?;
-        let wanted = format!("{}-{version}-", wheel_name(name));
-        project
-            .files
-            .into_iter()
-            .filter(|f| {
-                f.filename.to_lowercase().starts_with(&wanted)
-                    && (f.filename.ends_with("-any.whl")
-                        || (f.filename.ends_with(".whl")
-                            && f.filename.contains("linux")
-                            && f.filename.contains(tag)))
-                    && matches!(
-                        f.yanked,
-                        serde_json::Value::Null | serde_json::Value::Bool(false)
-                    )
-            })
-            .find_map(|f| {
-                let sha256 = f.hashes.get("sha256")?.to_lowercase();
-                crate::digest::is_sha256_hex(&sha256).then_some(WheelFile {
-                    filename: f.filename,
-                    url: f.url,
-                    sha256,
-                    size: f.size,
-                })
-            })
+        pick_wheel(&body, name, version, tag)
+            .map_err(|why| self.error(&url, why))?
             .ok_or_else(|| {
                 Error::environment(
                     format!("the index has no Linux {tag} wheel of `{name}=={version}` (at {url})"),
@@ -154,8 +201,10 @@ impl Index {
     }
 
     /// Downloads `wheel` to `dest`, checking its sha256; `progress` gets the bytes so far.
-    /// A transfer that moves nothing for 60 s is given up. Nothing is left at `dest`
-    /// unless the bytes match.
+    /// At most the size the index states is read, a transfer that moves nothing for the
+    /// stall clock (60 s) is given up, and so is one not done by its deadline (the stall
+    /// clock plus its size at 1 MiB/s): a stalled download holds the home's lock no
+    /// longer. Nothing is left at `dest` unless the bytes match.
     pub fn download(&self, wheel: &WheelFile, dest: &Path, progress: &dyn Fn(u64)) -> Result<()> {
         let folder = dest.parent().unwrap_or(Path::new("."));
         std::fs::create_dir_all(folder).at("create", folder)?;
@@ -163,30 +212,27 @@ impl Index {
             .prefix(kart_runtime::store::fsutil::TEMP_PREFIX)
             .tempfile_in(folder)
             .at("create a temporary file in", folder)?;
+        // The index's stated size bounds the download; its sha256 decides it.
+        let limit = wheel.size.unwrap_or(MAX_WHEEL_BYTES);
         let result: std::result::Result<String, String> = self.runtime.block_on(async {
-            let stall = Duration::from_secs(60);
+            let stall = stall_clock();
             let mut response = tokio::time::timeout(stall, self.client.get(&wheel.url).send())
                 .await
-                .map_err(|_| "no answer within 60 s".to_string())?
+                .map_err(|_| format!("no answer within {} s", stall.as_secs()))?
                 .map_err(|e| e.without_url().to_string())?;
             if !response.status().is_success() {
                 return Err(format!("answered {}", response.status()));
             }
             let mut hasher = Sha256::new();
             let mut done = 0u64;
-            loop {
-                match tokio::time::timeout(stall, response.chunk()).await {
-                    Err(_) => return Err("the transfer stalled for 60 s".to_string()),
-                    Ok(Err(e)) => return Err(e.without_url().to_string()),
-                    Ok(Ok(None)) => break,
-                    Ok(Ok(Some(chunk))) => {
-                        hasher.update(&chunk);
-                        part.write_all(&chunk).map_err(|e| e.to_string())?;
-                        done += chunk.len() as u64;
-                        progress(done);
-                    }
-                }
-            }
+            read_bounded(&mut response, limit, stall, |chunk| {
+                hasher.update(chunk);
+                part.write_all(chunk).map_err(|e| e.to_string())?;
+                done += chunk.len() as u64;
+                progress(done);
+                Ok(())
+            })
+            .await?;
             Ok(format!("{:x}", hasher.finalize()))
         });
         let got = result.map_err(|m| self.error(&wheel.url, m))?;
@@ -205,6 +251,44 @@ impl Index {
             .at("rename to", dest)?;
         Ok(())
     }
+}
+
+/// Of a project page of the JSON simple API (`body`, from the network), the wheel of
+/// `name==version` for machine `tag` (a Linux wheel of it, or a pure-Python one) with a
+/// well-formed sha256: `None` when there is none, an error when the page is not JSON of
+/// the API.
+pub fn pick_wheel(
+    body: &[u8],
+    name: &str,
+    version: &str,
+    tag: &str,
+) -> std::result::Result<Option<WheelFile>, String> {
+    let project: Project =
+        serde_json::from_slice(body).map_err(|e| format!("not the JSON simple API ({e})"))?;
+    let wanted = format!("{}-{version}-", wheel_name(name));
+    Ok(project
+        .files
+        .into_iter()
+        .filter(|f| {
+            f.filename.to_lowercase().starts_with(&wanted)
+                && (f.filename.ends_with("-any.whl")
+                    || (f.filename.ends_with(".whl")
+                        && f.filename.contains("linux")
+                        && f.filename.contains(tag)))
+                && matches!(
+                    f.yanked,
+                    serde_json::Value::Null | serde_json::Value::Bool(false)
+                )
+        })
+        .find_map(|f| {
+            let sha256 = f.hashes.get("sha256")?.to_lowercase();
+            crate::digest::is_sha256_hex(&sha256).then_some(WheelFile {
+                filename: f.filename,
+                url: f.url,
+                sha256,
+                size: f.size,
+            })
+        }))
 }
 
 /// A project name as the simple API spells it (PEP 503).

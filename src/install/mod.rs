@@ -359,6 +359,8 @@ fn unpack_all(
         .tempdir_in(parent)
         .at("create a temporary folder in", parent)?;
     let downloads = home.root.join("downloads");
+    // A download a killed install left behind (the home's lock is held here).
+    crate::store::fsutil::sweep_temp_files_shallow(&downloads);
     let mut files = 0;
     for wheel in wheels {
         let file = downloads.join(format!("{}.whl", wheel.sha256));

@@ -11,11 +11,21 @@ use crate::error::{Error, IoContext, Result};
 /// few GiB.
 const MAX_UNPACKED_BYTES: u64 = 16 << 30;
 
+/// How many times its own size a wheel may unpack to (headers compress about 5×; a
+/// zip bomb, 1,000× and more), and the floor of that bound for small wheels.
+const MAX_RATIO: u64 = 20;
+const MIN_BOUND: u64 = 64 << 20;
+
 /// Unpacks `wheel` into `dest` (created if needed); files already there are replaced
 /// (wheels of one toolkit share a few files, as pip's installs do). Returns the number
-/// of files written.
+/// of files written. The members may hold at most [`MAX_RATIO`] times the wheel's size
+/// (at least 64 MiB, at most 16 GiB), checked against what each member really holds.
 pub fn unpack(wheel: &Path, dest: &Path) -> Result<usize> {
     let file = std::fs::File::open(wheel).at("open", wheel)?;
+    let packed = file.metadata().at("read", wheel)?.len();
+    let bound = packed
+        .saturating_mul(MAX_RATIO)
+        .clamp(MIN_BOUND, MAX_UNPACKED_BYTES);
     let bad = |message: String| {
         Error::environment(
             format!("wheel `{}`: {message}", wheel.display()),
@@ -47,10 +57,10 @@ pub fn unpack(wheel: &Path, dest: &Path) -> Result<usize> {
             )));
         }
         total = total.saturating_add(member.size());
-        if total > MAX_UNPACKED_BYTES {
+        if total > bound {
             return Err(bad(format!(
-                "unpacks to more than {} GiB",
-                MAX_UNPACKED_BYTES >> 30
+                "unpacks to more than {} MiB, {MAX_RATIO} times its {packed} bytes: refused as a zip bomb",
+                bound >> 20
             )));
         }
         if let Some(parent) = path.parent() {
@@ -154,5 +164,38 @@ mod tests {
         let err = unpack(&hostile, &dir.path().join("out2")).unwrap_err();
         assert!(err.to_string().contains("not a relative path"), "{err}");
         assert!(!dir.path().join("escape.h").exists());
+    }
+
+    #[test]
+    fn a_zip_bomb_is_refused_before_it_fills_the_disk() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("bomb.whl");
+        let mut zip = zip::ZipWriter::new(std::fs::File::create(&path).unwrap());
+        let options = zip::write::SimpleFileOptions::default()
+            .compression_method(zip::CompressionMethod::Deflated)
+            .large_file(true);
+        // 160 MiB of zeros deflate to about 160 KiB: 1,000 times the wheel's size.
+        let zeros = vec![0u8; 1 << 20];
+        for member in ["pkg/a.h", "pkg/b.h"] {
+            zip.start_file(member, options).unwrap();
+            for _ in 0..80 {
+                zip.write_all(&zeros).unwrap();
+            }
+        }
+        zip.finish().unwrap();
+        let packed = std::fs::metadata(&path).unwrap().len();
+        assert!(packed < 1 << 20, "{packed}");
+        let out = dir.path().join("out");
+        let err = unpack(&path, &out).unwrap_err();
+        assert!(err.to_string().contains("zip bomb"), "{err}");
+        // The first member fits the 64 MiB floor no more than the second: nothing of
+        // either was written beyond the bound.
+        let written: u64 = ["pkg/a.h", "pkg/b.h"]
+            .iter()
+            .filter_map(|m| std::fs::metadata(out.join(m)).ok())
+            .map(|m| m.len())
+            .sum();
+        assert!(written <= MIN_BOUND, "{written}");
     }
 }

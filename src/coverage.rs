@@ -141,7 +141,7 @@ impl Coverage {
 /// report or bundle).
 pub fn check_kernels(lock: &Lockfile, kernels: &[String]) -> crate::error::Result<()> {
     for k in kernels {
-        if !lock.artifacts.iter().any(|a| &a.kernel == k) {
+        if lock.of_kernel(k).is_empty() {
             let names: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
             let hint = match crate::suggest::did_you_mean(k, names.iter().copied()) {
                 Some(guess) => guess,
@@ -292,15 +292,16 @@ fn row(
         *loads.entry(how.name()).or_default() += 1;
         cubins += usize::from(how.is_cubin());
     }
+    let attested_here: std::collections::HashSet<&str> = input
+        .attest
+        .records
+        .iter()
+        .filter(|r| r.gpu == gpu.name)
+        .map(|r| r.digest.as_str())
+        .collect();
     let attested = loaded
         .iter()
-        .filter(|a| {
-            input
-                .attest
-                .records
-                .iter()
-                .any(|r| r.digest == a.digest && r.gpu == gpu.name)
-        })
+        .filter(|a| attested_here.contains(a.digest.as_str()))
         .count();
     let project_kernel = input.project.kernels.iter().find(|k| k.name == kernel);
     let tunable = project_kernel.is_some_and(|k| k.tune.is_some() && k.variant_of.is_none());

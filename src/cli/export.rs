@@ -38,9 +38,9 @@ pub fn run(
     if let Some(file) = fleet {
         // The fleet's selection: of the chosen cubins, those some GPU of it loads.
         let gpus = kart::project::fleet::read_fleet_file(file, file)?;
-        let loaded = kart::coverage::fleet_artifacts(&lock, &gpus, &|a| {
-            chosen.iter().any(|c| c.id() == a.id())
-        });
+        let chosen_ids: std::collections::HashSet<_> = chosen.iter().map(|c| c.id()).collect();
+        let loaded =
+            kart::coverage::fleet_artifacts(&lock, &gpus, &|a| chosen_ids.contains(&a.id()));
         if loaded.is_empty() {
             return Err(Error::usage(
                 "no cubin of the selection loads on the fleet's GPUs",

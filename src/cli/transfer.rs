@@ -35,7 +35,7 @@ pub fn fetch(
         )
     })?;
     for k in kernels {
-        if !lock.artifacts.iter().any(|a| &a.kernel == k) {
+        if lock.of_kernel(k).is_empty() {
             return Err(Error::usage(format!("kart.lock has no kernel `{k}`"), None));
         }
     }

@@ -9,7 +9,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::key::diff_preimages;
 use crate::pipeline::plan::Planned;
 use crate::pipeline::workspace::Workspace;
-use crate::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
+use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
 
 /// `--locked`: every selected artifact's key must equal the lock's, and each digest the
 /// action entry of its key (where the store or a trusted remote has one).
@@ -31,15 +31,24 @@ pub(super) fn check_locked(
     // Kernel → (artifacts whose key changed, the changed inputs in first-seen order).
     let mut changed: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
         std::collections::BTreeMap::new();
-    for p in selected {
-        let name = p.describe(&ws.project);
+    let targets: Vec<String> = selected.iter().map(|p| p.target.to_string()).collect();
+    let (records, unplanned) = pair_with_lock(
+        lock.artifacts
+            .iter()
+            .map(|a| ((a.kernel.as_str(), &a.config, a.target.as_str(), a.kind), a)),
+        selected.iter().zip(&targets).map(|(p, target)| {
+            let kernel = ws.project.kernels[p.kernel].name.as_str();
+            (kernel, &p.config, target.as_str(), p.kind)
+        }),
+    );
+    for (p, record) in selected.iter().zip(records) {
         let kernel = &ws.project.kernels[p.kernel].name;
-        match lock.find(kernel, &p.config, &p.target.to_string(), p.kind) {
-            None => problems.push(format!("{name}: not in kart.lock")),
+        match record {
+            None => problems.push(format!("{}: not in kart.lock", p.describe(&ws.project))),
             Some(locked) if locked.key == p.key => same_key.push(locked),
             Some(locked) => {
                 let group = changed.entry(kernel.as_str()).or_default();
-                group.0.push(name);
+                group.0.push(p.describe(&ws.project));
                 for line in explain_change(ws, &locked.key, &p.preimage) {
                     if !group.1.contains(&line) {
                         group.1.push(line);
@@ -63,19 +72,11 @@ pub(super) fn check_locked(
         problems.extend(inputs.into_iter().map(|l| format!("    {l}")));
     }
     if whole {
-        for a in &lock.artifacts {
-            let known = selected.iter().any(|p| {
-                ws.project.kernels[p.kernel].name == a.kernel
-                    && p.config == a.config
-                    && p.target.to_string() == a.target
-                    && p.kind == a.kind
-            });
-            if !known {
-                problems.push(format!(
-                    "{}: in kart.lock but no longer in the manifests",
-                    a.describe()
-                ));
-            }
+        for a in unplanned {
+            problems.push(format!(
+                "{}: in kart.lock but no longer in the manifests",
+                a.describe()
+            ));
         }
     }
     // Launch geometry is not part of any key, so it is compared on its own.
@@ -102,6 +103,26 @@ pub(super) fn check_locked(
         return Err(digest_mismatch_error(&digests.mismatches));
     }
     Ok(digests)
+}
+
+/// Pairs the planned artifacts with the lock's records by identity: for each planned id
+/// (in order), the record with that id, if any; and the records no planned id names, in
+/// the lock's order. One hash per record and per planned id, so `--locked` stays
+/// linear in the size of the project (it compared every pair once).
+fn pair_with_lock<'l, K: Eq + std::hash::Hash>(
+    records: impl Iterator<Item = (K, &'l LockedArtifact)>,
+    planned: impl Iterator<Item = K>,
+) -> (Vec<Option<&'l LockedArtifact>>, Vec<&'l LockedArtifact>) {
+    let mut by_id: std::collections::HashMap<K, (usize, &'l LockedArtifact)> = records
+        .enumerate()
+        .map(|(i, (id, a))| (id, (i, a)))
+        .collect();
+    let found = planned
+        .map(|id| by_id.remove(&id).map(|(_, a)| a))
+        .collect();
+    let mut rest: Vec<(usize, &'l LockedArtifact)> = by_id.into_values().collect();
+    rest.sort_unstable_by_key(|(i, _)| *i);
+    (found, rest.into_iter().map(|(_, a)| a).collect())
 }
 
 /// Lines naming what changed between the inputs of `old_key` (if its action entry is in
@@ -135,5 +156,82 @@ pub(super) fn digest_mismatch_error(
              `kart build`"
                 .into(),
         ),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pair_with_lock;
+    use crate::cubin::EntryInfo;
+    use crate::model::{ArtifactKind, Config, ParamValue};
+    use crate::store::lockfile::LockedArtifact;
+    use std::cell::Cell;
+
+    thread_local! {
+        /// Hashes and comparisons of [`Counted`] ids on this test's thread.
+        static OPERATIONS: Cell<u64> = const { Cell::new(0) };
+    }
+
+    /// An artifact id that counts how often it is hashed or compared.
+    struct Counted(u64);
+
+    impl PartialEq for Counted {
+        fn eq(&self, other: &Counted) -> bool {
+            OPERATIONS.with(|c| c.set(c.get() + 1));
+            self.0 == other.0
+        }
+    }
+    impl Eq for Counted {}
+    impl std::hash::Hash for Counted {
+        fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+            OPERATIONS.with(|c| c.set(c.get() + 1));
+            self.0.hash(state);
+        }
+    }
+
+    fn record(i: u64) -> LockedArtifact {
+        LockedArtifact {
+            kernel: "tiny".into(),
+            config: Config([("A".to_string(), ParamValue::Int(i as i64))].into()),
+            target: "sm_90".into(),
+            kind: ArtifactKind::Cubin,
+            key: "a".repeat(64),
+            digest: "b".repeat(64),
+            size: 100,
+            nvcc: "13.0.88".into(),
+            entries: vec![EntryInfo::default()],
+            derived: Default::default(),
+        }
+    }
+
+    /// Operations to pair `n` planned artifacts with a lock of `n` records, one of each
+    /// side unmatched; and checks the pairing.
+    fn operations(n: u64) -> u64 {
+        let lock: Vec<LockedArtifact> = (0..n).map(record).collect();
+        OPERATIONS.with(|c| c.set(0));
+        // Planned: ids 1..=n; the lock: 0..n. Id 0 is no longer planned, id n is new.
+        let (found, unplanned) = pair_with_lock(
+            lock.iter().enumerate().map(|(i, a)| (Counted(i as u64), a)),
+            (1..=n).map(Counted),
+        );
+        let spent = OPERATIONS.with(Cell::get);
+        assert_eq!(found.len(), n as usize);
+        assert!(found[..n as usize - 1].iter().all(Option::is_some));
+        assert!(found[n as usize - 1].is_none());
+        assert_eq!(unplanned.len(), 1);
+        assert_eq!(unplanned[0].config, record(0).config);
+        spent
+    }
+
+    #[test]
+    fn pairing_with_the_lock_grows_linearly() {
+        let small = operations(1_500);
+        let large = operations(30_000);
+        // 20 times the artifacts: about 20 times the work when linear, 400 when every
+        // record is compared with every planned artifact.
+        assert!(
+            large <= 25 * small,
+            "{large} operations for 30,000 artifacts, {small} for 1,500"
+        );
     }
 }

@@ -388,9 +388,8 @@ fn past_compile_times(
     for k in kernels {
         let name = &ws.project.kernels[k].name;
         let times: Vec<u64> = old_lock
-            .artifacts
+            .of_kernel(name)
             .iter()
-            .filter(|a| &a.kernel == name)
             .take(16)
             .filter_map(|a| ws.store.get_entry(&a.key).ok().flatten())
             .filter_map(|e| e.compile_ms)

@@ -414,7 +414,10 @@ pub fn pull_missing(
                     }
                     return Ok(Some(entry));
                 }
-                let Some(locked) = lock.artifacts.iter().find(|a| a.key == key) else {
+                let locked = lock
+                    .find(wanted.kernel, wanted.config, &wanted.target, wanted.kind)
+                    .filter(|a| a.key == key);
+                let Some(locked) = locked else {
                     return Ok(None);
                 };
                 if entries_only || store.has_blob(&locked.digest) {

@@ -102,9 +102,10 @@ impl TuneRecord {
     /// Whether `lock` no longer names the artifact this record timed (its kernel
     /// changed since): [`best`] skips such a record until the problem is tuned again.
     pub fn is_stale(&self, lock: &Lockfile) -> bool {
-        !lock.artifacts.iter().any(|a| {
-            a.digest == self.digest && a.config == self.config && a.kernel == self.implementation()
-        })
+        !lock
+            .of_config(self.implementation(), &self.config)
+            .iter()
+            .any(|a| a.digest == self.digest)
     }
 }
 
@@ -243,11 +244,7 @@ pub fn artifact_for<'a>(
     config: &Config,
     capability: Capability,
 ) -> Option<&'a LockedArtifact> {
-    let group: Vec<&LockedArtifact> = lock
-        .artifacts
-        .iter()
-        .filter(|a| a.kernel == kernel && &a.config == config)
-        .collect();
+    let group: Vec<&LockedArtifact> = lock.of_config(kernel, config).iter().collect();
     crate::store::lockfile::pick(&group, capability, JitPolicy::Forbid)
 }
 

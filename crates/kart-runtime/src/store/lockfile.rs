@@ -270,6 +270,26 @@ impl Lockfile {
         crate::store::fsutil::write_if_changed(path, &self.to_text())
     }
 
+    /// The artifacts of one (kernel, config), one per target and kind: a contiguous run
+    /// of the sorted lock, found by binary search.
+    pub fn of_config(&self, kernel: &str, config: &Config) -> &[LockedArtifact] {
+        let start = self
+            .artifacts
+            .partition_point(|a| (a.kernel.as_str(), &a.config) < (kernel, config));
+        let len = self.artifacts[start..]
+            .partition_point(|a| (a.kernel.as_str(), &a.config) == (kernel, config));
+        &self.artifacts[start..start + len]
+    }
+
+    /// The artifacts of one kernel, a contiguous run of the sorted lock.
+    pub fn of_kernel(&self, kernel: &str) -> &[LockedArtifact] {
+        let start = self
+            .artifacts
+            .partition_point(|a| a.kernel.as_str() < kernel);
+        let len = self.artifacts[start..].partition_point(|a| a.kernel == kernel);
+        &self.artifacts[start..start + len]
+    }
+
     /// The artifact with this identity.
     pub fn find(
         &self,
@@ -327,6 +347,28 @@ mod tests {
             back.find("a", &artifact("a", 2).config, "sm_90", ArtifactKind::Cubin)
                 .is_some()
         );
+    }
+
+    #[test]
+    fn runs_of_a_kernel_and_of_a_config() {
+        let mut ptx = artifact("a", 2);
+        ptx.kind = ArtifactKind::Ptx;
+        let lock = Lockfile::new(vec![
+            artifact("b", 1),
+            artifact("a", 2),
+            artifact("a", 1),
+            ptx,
+            artifact("c", 2),
+        ]);
+        assert_eq!(lock.of_kernel("a").len(), 3);
+        assert_eq!(lock.of_kernel("b").len(), 1);
+        assert!(lock.of_kernel("ab").is_empty());
+        assert!(lock.of_kernel("").is_empty());
+        let two = artifact("a", 2).config;
+        assert_eq!(lock.of_config("a", &two).len(), 2);
+        assert!(lock.of_config("a", &two).iter().all(|a| a.config == two));
+        assert!(lock.of_config("b", &two).is_empty());
+        assert_eq!(lock.of_config("c", &two).len(), 1);
     }
 
     #[test]

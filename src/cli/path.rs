@@ -18,20 +18,25 @@ pub fn run(
     json: bool,
 ) -> Result<ExitCode> {
     let config = Config(params.iter().cloned().collect());
-    let lock = ws.lock()?;
     let artifact = match target {
-        Some(t) => lock
-            .find(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
-            .cloned()
-            .ok_or_else(|| Error::NotLoadable {
-                message: format!(
-                    "kart.lock has no {}",
-                    describe(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
-                ),
-                hint: Some(format!(
-                    "`kart ls` lists the artifacts; `kart build {kernel} --target {t}` adds one"
-                )),
-            })?,
+        // One record: read without parsing the whole lock.
+        Some(t) => kart::store::lockfile::Lockfile::read_one(
+            &kart::store::lockfile::lock_path(&ws.project.root),
+            std::path::Path::new(kart::store::lockfile::LOCK_FILE),
+            kernel,
+            &config,
+            &t.to_string(),
+            ArtifactKind::Cubin,
+        )?
+        .ok_or_else(|| Error::NotLoadable {
+            message: format!(
+                "kart.lock has no {}",
+                describe(kernel, &config, &t.to_string(), ArtifactKind::Cubin)
+            ),
+            hint: Some(format!(
+                "`kart ls` lists the artifacts; `kart build {kernel} --target {t}` adds one"
+            )),
+        })?,
         None => {
             let gpu = kart::runtime::Gpu::open(0).map_err(|e| match e {
                 Error::Environment { message, .. } => {
@@ -39,7 +44,7 @@ pub fn run(
                 }
                 other => other,
             })?;
-            let rt = kart::runtime::Runtime::from_parts(lock.clone(), ws.store);
+            let rt = kart::runtime::Runtime::from_parts(ws.lock()?, ws.store);
             let a = rt
                 .select(
                     kernel,

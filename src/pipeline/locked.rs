@@ -98,7 +98,9 @@ pub(super) fn check_locked(
             hint: Some("run `kart build` and commit kart.lock".into()),
         });
     }
-    let digests = ws.check_lock_digests(&same_key, remote);
+    let mut checked = ws.store.checked();
+    let digests = ws.check_lock_digests(&same_key, remote, Some(&mut checked));
+    checked.save();
     if !digests.mismatches.is_empty() {
         return Err(digest_mismatch_error(&digests.mismatches));
     }

@@ -723,6 +723,7 @@ fn write_lock(
         } else {
             Default::default()
         };
+    let mut checked = ws.store.checked();
     let mut artifacts = Vec::new();
     let mut unrecorded = Vec::new();
     for p in planned {
@@ -734,9 +735,28 @@ fn write_lock(
                 && a.kind == p.kind
         });
         if let Some(kept) = same {
-            let entry = ws
-                .stored_entry(&p.key, reporter)
-                .map(|e| (e, "the store".to_string()))
+            // Agreed before, with the entry file unchanged since: nothing to read.
+            let binding = crate::store::checked::binding(kept);
+            if ws
+                .store
+                .entry_state(&p.key)
+                .is_some_and(|state| checked.agrees(&binding, state))
+            {
+                artifacts.push((*kept).clone());
+                continue;
+            }
+            let local = ws.stored_entry_with_state(&p.key, reporter);
+            if let Some((entry, state)) = &local {
+                if entry.digest == kept.digest
+                    && crate::pipeline::workspace::same_artifact(kept, entry)
+                {
+                    checked.record(binding, *state);
+                } else {
+                    checked.forget(&binding);
+                }
+            }
+            let entry = local
+                .map(|(e, _)| (e, "the store".to_string()))
                 .or_else(|| {
                     from_remote
                         .get(&p.key)
@@ -818,9 +838,11 @@ fn write_lock(
                 .cloned(),
         )
         .collect();
+    checked.save();
     let lock = Lockfile::new(artifacts).with_kernels(kernels);
     crate::failpoint::hit("lock.write", "");
-    let changed = lock.write(&lock_path(&ws.project.root))?;
+    // The same records as the lock read: nothing to serialize and compare byte by byte.
+    let changed = lock != *old && lock.write(&lock_path(&ws.project.root))?;
     if planned_listed < planned.len() {
         reporter.note(&format!(
             "kart.lock lists {planned_listed} of the project's {} artifacts; run `kart build` for the rest",

@@ -253,8 +253,18 @@ impl Workspace {
     /// The action entry of a key whose blob is in the store, if both are. An unreadable
     /// entry is reported and counts as absent.
     pub fn stored_entry(&self, key: &str, reporter: &dyn BuildReporter) -> Option<ActionEntry> {
-        match self.store.get_entry(key) {
-            Ok(Some(entry)) if self.store.has_blob(&entry.digest) => Some(entry),
+        self.stored_entry_with_state(key, reporter)
+            .map(|(entry, _)| entry)
+    }
+
+    /// [`Workspace::stored_entry`] with the state of the entry's file.
+    pub fn stored_entry_with_state(
+        &self,
+        key: &str,
+        reporter: &dyn BuildReporter,
+    ) -> Option<(ActionEntry, crate::store::EntryState)> {
+        match self.store.get_entry_with_state(key) {
+            Ok(Some((entry, state))) if self.store.has_blob(&entry.digest) => Some((entry, state)),
             Ok(_) => None,
             Err(e) => {
                 reporter.note(&format!("warning: {e} (quarantined; it will be rebuilt)"));

@@ -8,7 +8,7 @@ use crate::error::{Error, Result};
 use crate::pipeline::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
 use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
-use crate::store::{LockMode, Store};
+use crate::store::{Checked, LockMode, Store};
 
 /// A project with its store and toolchain, ready for any command.
 pub struct Workspace {
@@ -124,16 +124,40 @@ impl Workspace {
     /// local store's, else (for keys the store has no entry of) a trusted remote's. An
     /// entry that also names another kernel, config, target or kind counts as a
     /// mismatch: a lock or entry bound to the wrong artifact.
+    ///
+    /// With `checked`, a record found to agree with its entry before, whose entry file
+    /// is unchanged since, counts as matched without reading the entry; agreements
+    /// found now are recorded there.
     pub fn check_lock_digests(
         &self,
         artifacts: &[&crate::store::lockfile::LockedArtifact],
         remote: Option<&crate::remote::Remote>,
+        mut checked: Option<&mut Checked>,
     ) -> DigestCheck {
         let mut check = DigestCheck::default();
         let mut ask_remote = Vec::new();
         for a in artifacts {
-            match self.store.get_entry(&a.key) {
-                Ok(Some(entry)) => check.compare(a, &entry, "the store"),
+            let binding = checked.as_ref().map(|_| crate::store::checked::binding(a));
+            if let (Some(known), Some(b)) = (checked.as_deref_mut(), &binding)
+                && self
+                    .store
+                    .entry_state(&a.key)
+                    .is_some_and(|state| known.agrees(b, state))
+            {
+                check.matched += 1;
+                continue;
+            }
+            match self.store.get_entry_with_state(&a.key) {
+                Ok(Some((entry, state))) => {
+                    let agrees = check.compare(a, &entry, "the store");
+                    if let (Some(known), Some(b)) = (checked.as_deref_mut(), binding) {
+                        if agrees {
+                            known.record(b, state);
+                        } else {
+                            known.forget(&b);
+                        }
+                    }
+                }
                 // A corrupt entry was quarantined by the read; nothing to compare.
                 Ok(None) | Err(_) => ask_remote.push(*a),
             }
@@ -145,11 +169,13 @@ impl Workspace {
                 });
                 for (a, entry) in ask_remote.iter().zip(found) {
                     match entry {
-                        Some(entry) => check.compare(
-                            a,
-                            &entry,
-                            &crate::remote::strip_credentials(remote.url()),
-                        ),
+                        Some(entry) => {
+                            check.compare(
+                                a,
+                                &entry,
+                                &crate::remote::strip_credentials(remote.url()),
+                            );
+                        }
                         None => check.unchecked += 1,
                     }
                 }
@@ -161,18 +187,17 @@ impl Workspace {
 }
 
 impl DigestCheck {
+    /// Counts `a` as matched, or records the mismatch; whether it matched.
     fn compare(
         &mut self,
         a: &crate::store::lockfile::LockedArtifact,
         entry: &crate::store::ActionEntry,
         from: &str,
-    ) {
-        let same_artifact = entry.kernel == a.kernel
-            && entry.config == a.config
-            && entry.target == a.target
-            && entry.kind == a.kind;
+    ) -> bool {
+        let same_artifact = same_artifact(a, entry);
         if entry.digest == a.digest && same_artifact {
             self.matched += 1;
+            true
         } else {
             self.mismatches.push(DigestMismatch {
                 artifact: a.describe(),
@@ -193,6 +218,19 @@ impl DigestCheck {
                     )
                 },
             });
+            false
         }
     }
+}
+
+/// Whether an action entry names the same kernel, config, target and kind as a lock
+/// record (a key bound to another artifact is a mismatch whatever its digest).
+pub fn same_artifact(
+    a: &crate::store::lockfile::LockedArtifact,
+    entry: &crate::store::ActionEntry,
+) -> bool {
+    entry.kernel == a.kernel
+        && entry.config == a.config
+        && entry.target == a.target
+        && entry.kind == a.kind
 }

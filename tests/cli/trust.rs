@@ -183,6 +183,46 @@ fn a_digest_swapped_between_two_configs_is_reported() {
 }
 
 #[test]
+fn an_entry_changed_after_a_check_is_read_and_compared_again() {
+    let p = grid_project();
+    p.ok(&["build"]);
+    // Entries changed within the last two seconds are read again rather than recorded.
+    std::thread::sleep(Duration::from_millis(2100));
+    p.ok(&["build", "--locked"]);
+    let checked = p.root().join("artifacts/v1/checked");
+    assert!(checked.is_file(), "no record of the checked bindings");
+    // An entry edited in place to name another digest, after its binding was recorded
+    // as checked: --locked reads it again and finds the disagreement.
+    let lock = p.read("kart.lock");
+    let key = lock
+        .lines()
+        .find_map(|l| l.strip_prefix("key = \""))
+        .map(|k| k.trim_end_matches('"').to_string())
+        .unwrap();
+    let digest = &lock_digests(&p)[0];
+    let entry = p
+        .root()
+        .join(format!("artifacts/v1/actions/{}/{key}.json", &key[..2]));
+    let original = std::fs::read_to_string(&entry).unwrap();
+    assert!(original.contains(digest.as_str()));
+    std::fs::write(&entry, original.replace(digest.as_str(), &"0".repeat(64))).unwrap();
+    let out = p.kart(&["build", "--locked"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("1 artifact(s) of kart.lock disagree"),
+        "{}",
+        text(&out)
+    );
+    // Put back, it agrees again; a malformed record file is ignored, not trusted.
+    std::fs::write(&entry, &original).unwrap();
+    std::thread::sleep(Duration::from_millis(2100));
+    p.ok(&["build", "--locked"]);
+    std::fs::write(&checked, "kart checked 1\nnot a record\n").unwrap();
+    let out = p.ok(&["build", "--locked"]);
+    assert!(stderr(&out).contains("up to date"), "{}", text(&out));
+}
+
+#[test]
 fn a_shell_metacharacter_in_a_lock_value_runs_nothing() {
     let p = grid_project();
     p.ok(&["build"]);

@@ -10,6 +10,8 @@
 //!     blobs/ab/<sha256>            an artifact of at most 64 KiB, stored as is: zstd's
 //!                                  fixed cost would be most of its load time
 //!     actions/ab/<key>.json        action key → digest, resources, nvcc stderr, preimage
+//!     checked                      lock records found to agree with their entries, and
+//!                                  the entry files' states then (a cache; see `checked`)
 //!     toolchains/<id>.json         cached toolchain fingerprints
 //!     smoke/<fingerprint>          toolchains that passed the smoke compile
 //!     quarantine/                  blobs and entries that failed a check
@@ -21,6 +23,7 @@
 //! crash leaves no partial file under a real name; leftovers are swept on open.
 
 pub mod bundle;
+pub mod checked;
 pub mod entry;
 pub mod fsutil;
 pub mod lockfile;
@@ -35,6 +38,7 @@ use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
 use crate::store::fsutil::{read_bounded, sweep_temp_files, write_atomic};
 use crate::text::open_regular;
+pub use checked::{Checked, EntryState};
 pub use entry::{ActionEntry, ENTRY_FORMAT, is_other_format};
 
 /// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes
@@ -360,17 +364,29 @@ impl Store {
     /// Reads the action entry of `key`, if any. An unreadable entry is quarantined and
     /// reported as an error (callers treat it as a miss and say so).
     pub fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
+        Ok(self.get_entry_with_state(key)?.map(|(entry, _)| entry))
+    }
+
+    /// [`Store::get_entry`], with the state of the file the entry was read from (taken
+    /// from the open file, so it is the state of exactly those bytes).
+    pub fn get_entry_with_state(&self, key: &str) -> Result<Option<(ActionEntry, EntryState)>> {
         if !is_sha256_hex(key) {
             return Ok(None);
         }
         let path = self.entry_path(key);
         let read = match crate::text::open_regular(&path) {
-            Ok(file) => read_bounded(file, crate::text::Limit::ENTRY.bytes),
+            Ok(file) => {
+                let state = EntryState::of(&file.metadata().at("read", &path)?);
+                read_bounded(file, crate::text::Limit::ENTRY.bytes).map(|bytes| (bytes, state))
+            }
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
             Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => Err(e.to_string()),
             Err(e) => return Err(e).at("read", &path),
         };
-        match read.and_then(|bytes| ActionEntry::parse(&bytes, key)) {
+        let parsed = read.and_then(|(bytes, state)| {
+            ActionEntry::parse(&bytes, key).map(|entry| entry.map(|e| (e, state)))
+        });
+        match parsed {
             Ok(entry) => Ok(entry),
             Err(message) => {
                 let quarantined = self.quarantine(&path);
@@ -380,6 +396,21 @@ impl Store {
                 })
             }
         }
+    }
+
+    /// The state of `key`'s entry file, if there is one (one `stat`, nothing read).
+    pub fn entry_state(&self, key: &str) -> Option<EntryState> {
+        if !is_sha256_hex(key) {
+            return None;
+        }
+        std::fs::metadata(self.entry_path(key))
+            .ok()
+            .map(|m| EntryState::of(&m))
+    }
+
+    /// The records of lock bindings already found to agree with their entries.
+    pub fn checked(&self) -> Checked {
+        Checked::read(self.dir.join(checked::CHECKED_FILE))
     }
 
     /// Digests of every blob file in the store.

@@ -18,7 +18,7 @@ const MIN_BOUND: u64 = 64 << 20;
 
 /// Unpacks `wheel` into `dest` (created if needed); files already there are replaced
 /// (wheels of one toolkit share a few files, as pip's installs do). Returns the number
-/// of files written. The members may hold at most [`MAX_RATIO`] times the wheel's size
+/// of files written. The members may hold at most `MAX_RATIO` times the wheel's size
 /// (at least 64 MiB, at most 16 GiB), checked against what each member really holds.
 pub fn unpack(wheel: &Path, dest: &Path) -> Result<usize> {
     let file = std::fs::File::open(wheel).at("open", wheel)?;

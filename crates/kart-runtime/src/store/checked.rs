@@ -139,7 +139,7 @@ impl Checked {
 
     /// Writes the file if a record was added or forgotten; sorted, so equal sets give
     /// equal files. A failure only costs the next run its shortcut, so it is ignored.
-    /// Past [`MAX_RECORDS`] the records start over from this run's.
+    /// Past `MAX_RECORDS` the records start over from this run's.
     pub fn save(mut self) {
         if self.known.len() > MAX_RECORDS {
             let seen: std::collections::HashSet<&String> = self.seen.iter().collect();

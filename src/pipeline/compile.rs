@@ -244,18 +244,10 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             group,
         });
     }
-    let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
-    let mut read = parse_depfile(&dep_text);
-    read.retain(|d| *d != main || instances.is_empty());
-    check_dependencies(job, &read).map_err(|details| CompileFailure {
-        summary: "undeclared include".into(),
-        details,
-        disk_full: false,
-        group: String::new(),
-    })?;
-    // A full disk makes nvcc "succeed" with a cut-short file: say so, not that nvcc or
-    // the cubin is broken.
-    let full = |why: String| match crate::store::fsutil::disk_full(scratch) {
+    // A full disk makes nvcc "succeed" with a cut-short file (the cubin, or the
+    // dependency file with a path cut in two): say so, not that nvcc, an include or the
+    // cubin is broken.
+    let full = |why: String, details: String| match crate::store::fsutil::disk_full(scratch) {
         Some(full) => CompileFailure {
             summary: format!("{full} (nvcc's output was cut short)"),
             details: String::new(),
@@ -264,11 +256,16 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         },
         None => CompileFailure {
             summary: why,
-            details: frame(&shown, &stderr),
+            details,
             disk_full: false,
             group: String::new(),
         },
     };
+    let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
+    let mut read = parse_depfile(&dep_text);
+    read.retain(|d| *d != main || instances.is_empty());
+    check_dependencies(job, &read).map_err(|details| full("undeclared include".into(), details))?;
+    let full = |why: String| full(why, frame(&shown, &stderr));
     let bytes = std::fs::read(&out).map_err(|e| {
         full(format!(
             "nvcc succeeded but `{}` is unreadable: {e}",

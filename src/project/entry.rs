@@ -387,7 +387,7 @@ pub fn plain_symbol(
     match (named.as_slice(), fitting.as_slice()) {
         ([one], _) | (_, [one]) => Ok(one.to_string()),
         ([], _) => Err(format!(
-            "the image defines no kernel `{name}` (it defines: {})",
+            "missing entry symbol `{name}`: no kernel of that name, `extern \"C\"` or C++ (the image defines: {})",
             if functions.is_empty() {
                 "nothing".to_string()
             } else {

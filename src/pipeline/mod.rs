@@ -11,6 +11,7 @@ pub mod phases;
 mod plan;
 pub mod process;
 pub mod ptx;
+mod pull;
 pub mod smoke;
 pub mod toolchain;
 pub mod workspace;
@@ -73,7 +74,7 @@ pub struct BuildOptions {
     /// How long to wait for another process's exclusive hold of the store.
     pub lock_timeout: Duration,
     /// The remote cache to read through (and, with `push`, write through).
-    pub remote: Option<crate::remote::transfer::SharedRemote>,
+    pub remote: Option<std::sync::Arc<crate::remote::Remote>>,
     /// Upload what the selection built or took to the remote.
     pub push: bool,
     /// Take a trusted remote's action entries without their blobs (a CI merge job
@@ -202,13 +203,13 @@ pub fn build(
             to_compile.push(*p);
         }
     }
-    let mut pulled = crate::remote::transfer::Pulled::default();
+    let mut pulled = pull::Pulled::default();
     if let Some(remote) = &options.remote
         && !to_compile.is_empty()
     {
-        let wanted: Vec<crate::remote::transfer::Wanted<'_>> = to_compile
+        let wanted: Vec<pull::Wanted<'_>> = to_compile
             .iter()
-            .map(|p| crate::remote::transfer::Wanted {
+            .map(|p| pull::Wanted {
                 key: &p.key,
                 kernel: &ws.project.kernels[p.kernel].name,
                 config: &p.config,
@@ -216,7 +217,7 @@ pub fn build(
                 kind: p.kind,
             })
             .collect();
-        pulled = crate::remote::transfer::pull_missing(
+        pulled = pull::pull_missing(
             &ws.store,
             remote,
             &wanted,
@@ -258,12 +259,20 @@ pub fn build(
             .iter()
             .filter_map(|p| ws.stored_entry(&p.key, reporter))
             .collect();
-        let keys: Vec<(&str, &str)> = entries
+        let items: Vec<crate::remote::transfer::Pushed<'_>> = entries
             .iter()
-            .map(|e| (e.key.as_str(), e.digest.as_str()))
+            .map(|e| crate::remote::transfer::Pushed {
+                key: &e.key,
+                digest: &e.digest,
+                size: e.size,
+            })
             .collect();
-        let report =
-            crate::remote::transfer::push_keys(&ws.store, remote, &keys, &crate::pool::Silent)?;
+        let report = crate::remote::transfer::push_items(
+            &ws.store,
+            remote.as_ref(),
+            &items,
+            &crate::pool::Silent,
+        )?;
         summary.pushed = report.blobs_uploaded;
     }
     let mut mismatches = Vec::new();

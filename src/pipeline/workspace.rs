@@ -165,7 +165,9 @@ impl Workspace {
         match remote.filter(|r| r.trusted) {
             Some(remote) => {
                 let found = crate::pool::parallel_map(&ask_remote, remote.jobs, |a| {
-                    remote.get_entry(&a.key).ok().flatten()
+                    crate::store::Storage::get_entry(remote, &a.key)
+                        .ok()
+                        .flatten()
                 });
                 for (a, entry) in ask_remote.iter().zip(found) {
                     match entry {

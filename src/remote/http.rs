@@ -1,15 +1,22 @@
-//! One HTTP request to the remote, under three separate clocks: connecting, the first
-//! byte of the answer, and a transfer that stops moving. A remote that accepts a
-//! connection and never answers (or answers a byte a second) costs seconds, not the
-//! minutes a single whole-request timeout would allow.
+//! A remote cache over HTTP, in bazel-remote's layout: `{url}/cas/{sha256}` holds the
+//! raw bytes whose sha256 is the name and `{url}/ac/{key}` an action entry (JSON), with
+//! GET, HEAD and PUT; so one URL works with nginx's WebDAV module and with bazel-remote
+//! started with `--disable_http_ac_validation`.
 //!
-//! reqwest's blocking client has one timeout for all three, so this drives its async
-//! client on a small runtime of its own; callers stay synchronous and may call from
-//! many threads at once.
+//! Each request runs under three separate clocks: connecting, the first byte of the
+//! answer, and a transfer that stops moving. A remote that accepts a connection and
+//! never answers (or answers a byte a second) costs seconds, not the minutes a single
+//! whole-request timeout would allow. reqwest's blocking client has one timeout for all
+//! three, so this drives its async client on a small runtime of its own; callers stay
+//! synchronous and may call from many threads at once. Redirects are not followed, and
+//! the bearer token is sent as a header only and appears in no message.
 
 use std::time::{Duration, Instant};
 
-use crate::error::Error;
+use super::guard::{Attempt, Guard, secs};
+use super::{RemoteSettings, check_blob, checked_name, encode_entry, parse_entry};
+use crate::error::{Error, Result};
+use crate::store::{ActionEntry, Storage, misnamed_blob};
 
 /// How long each phase of a request may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -54,20 +61,8 @@ impl Default for Timeouts {
 /// The least a transfer must move per `stall` period to count as moving.
 pub const MIN_PROGRESS_BYTES: usize = 1024;
 
-/// The outcome of one attempt.
-pub(super) enum Attempt {
-    /// `None` for a 404; the body of a GET, empty for other methods.
-    Done(Option<Vec<u8>>),
-    /// Worth another try: refused or reset connections, 5xx, a body cut short.
-    Retry(String),
-    /// A clock ran out: the remote is too slow to wait for in this run.
-    TimedOut(String),
-    /// Final.
-    Fail(Error),
-}
-
 /// What a request needs besides its method and URL.
-pub(super) struct RequestParts<'a> {
+struct RequestParts<'a> {
     pub url: &'a str,
     pub shown: &'a str,
     pub body: Option<&'a [u8]>,
@@ -75,8 +70,8 @@ pub(super) struct RequestParts<'a> {
     pub limit: u64,
 }
 
-/// The HTTP side of a remote.
-pub(super) struct Http {
+/// The HTTP client of a remote.
+struct Http {
     client: reqwest::Client,
     runtime: tokio::runtime::Runtime,
     token: Option<String>,
@@ -84,11 +79,7 @@ pub(super) struct Http {
 }
 
 impl Http {
-    pub(super) fn new(
-        timeouts: Timeouts,
-        jobs: usize,
-        token: Option<String>,
-    ) -> Result<Http, String> {
+    fn new(timeouts: Timeouts, jobs: usize, token: Option<String>) -> Result<Http, String> {
         let client = reqwest::Client::builder()
             .connect_timeout(timeouts.connect)
             .redirect(reqwest::redirect::Policy::none())
@@ -110,18 +101,18 @@ impl Http {
         })
     }
 
-    pub(super) fn has_token(&self) -> bool {
+    fn has_token(&self) -> bool {
         self.token.is_some()
     }
 
     /// One attempt, blocking the calling thread, under the request's total deadline
     /// (its size at the slowest rate worth waiting for, or `cap` if that is sooner).
-    pub(super) fn attempt(
+    fn attempt(
         &self,
         method: &reqwest::Method,
         parts: &RequestParts<'_>,
         cap: Duration,
-    ) -> Attempt {
+    ) -> Attempt<Option<Vec<u8>>> {
         let bytes = parts.body.map_or(parts.limit, |b| b.len() as u64);
         let deadline = self.timeouts.deadline(bytes).min(cap);
         self.runtime.block_on(async {
@@ -137,7 +128,11 @@ impl Http {
         })
     }
 
-    async fn attempt_async(&self, method: &reqwest::Method, parts: &RequestParts<'_>) -> Attempt {
+    async fn attempt_async(
+        &self,
+        method: &reqwest::Method,
+        parts: &RequestParts<'_>,
+    ) -> Attempt<Option<Vec<u8>>> {
         let t = self.timeouts;
         let mut request = self.client.request(method.clone(), parts.url);
         if let Some(token) = &self.token {
@@ -236,7 +231,7 @@ async fn read_body(
     mut response: reqwest::Response,
     parts: &RequestParts<'_>,
     stall: Duration,
-) -> Attempt {
+) -> Attempt<Option<Vec<u8>>> {
     let mut bytes = Vec::new();
     let mut window_start = Instant::now();
     let mut window_bytes = 0usize;
@@ -276,16 +271,6 @@ async fn read_body(
     }
 }
 
-/// Seconds as people write them: `5`, `0.5`.
-pub(super) fn secs(d: Duration) -> String {
-    let s = d.as_secs_f64();
-    if s.fract() == 0.0 {
-        format!("{s:.0}")
-    } else {
-        format!("{s}")
-    }
-}
-
 /// A reqwest error with its causes ("connection refused"), without the URL.
 fn describe(e: reqwest::Error) -> String {
     let e = e.without_url();
@@ -297,4 +282,110 @@ fn describe(e: reqwest::Error) -> String {
         source = s.source();
     }
     text
+}
+
+/// A remote cache over HTTP.
+pub(super) struct HttpStorage {
+    base: String,
+    shown: String,
+    client: Http,
+    guard: Guard,
+}
+
+impl HttpStorage {
+    /// Opens the cache at `base` (no request is made).
+    pub(super) fn open(
+        settings: &RemoteSettings,
+        base: String,
+        shown: String,
+        token: Option<String>,
+    ) -> std::result::Result<HttpStorage, String> {
+        Ok(HttpStorage {
+            base,
+            shown,
+            client: Http::new(settings.timeouts, settings.jobs, token)?,
+            guard: Guard::new(
+                settings,
+                "check that the cache server is up and the URL is right (kart.toml [remote], KART_REMOTE or --remote); the timeouts are `[remote]` settings and flags (--connect-timeout, --first-byte-timeout, --stall-timeout)",
+            ),
+        })
+    }
+
+    /// One request with retries. `Ok(None)` on 404; the body of a 2xx GET otherwise.
+    fn request(
+        &self,
+        method: reqwest::Method,
+        kind: &str,
+        name: &str,
+        body: Option<&[u8]>,
+        limit: u64,
+    ) -> Result<Option<Vec<u8>>> {
+        let name = checked_name(name)?;
+        let url = format!("{}/{kind}/{name}", self.base);
+        let shown = format!("{}/{kind}/{name}", self.shown);
+        let parts = RequestParts {
+            url: &url,
+            shown: &shown,
+            body,
+            limit,
+        };
+        self.guard.run(method.as_str(), &shown, |left| {
+            self.client.attempt(&method, &parts, left)
+        })
+    }
+}
+
+impl Storage for HttpStorage {
+    fn location(&self) -> String {
+        self.shown.clone()
+    }
+    fn has_blob(&self, digest: &str, _size: Option<u64>) -> Result<bool> {
+        Ok(self
+            .request(reqwest::Method::HEAD, "cas", digest, None, 0)?
+            .is_some())
+    }
+    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
+        let limit = size.unwrap_or(super::MAX_BLOB_BYTES);
+        let Some(bytes) = self.request(reqwest::Method::GET, "cas", digest, None, limit)? else {
+            return Ok(None);
+        };
+        check_blob(
+            &format!("{}/cas/{digest}", self.shown),
+            digest,
+            size,
+            &bytes,
+        )?;
+        Ok(Some(bytes))
+    }
+    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        let actual = crate::digest::sha256_hex(bytes);
+        if actual != digest {
+            return Err(misnamed_blob(&self.shown, digest, &actual));
+        }
+        self.request(reqwest::Method::PUT, "cas", digest, Some(bytes), 0)
+            .map(|_| ())
+    }
+    fn has_entry(&self, key: &str) -> Result<bool> {
+        Ok(self
+            .request(reqwest::Method::HEAD, "ac", key, None, 0)?
+            .is_some())
+    }
+    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
+        let bytes = self.request(
+            reqwest::Method::GET,
+            "ac",
+            key,
+            None,
+            super::MAX_ENTRY_BYTES,
+        )?;
+        match bytes {
+            Some(b) => parse_entry(&format!("{}/ac/{key}", self.shown), key, &b),
+            None => Ok(None),
+        }
+    }
+    fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
+        let json = encode_entry(&self.shown, entry)?;
+        self.request(reqwest::Method::PUT, "ac", &entry.key, Some(&json), 0)
+            .map(|_| ())
+    }
 }

@@ -1,34 +1,34 @@
-//! The local store with a remote behind it, as one [`Storage`]: reads look in the store
-//! first, then ask the remote and keep what it sends (checked) in the store; writes go
-//! to the store (uploading is `push`'s). `fetch` and the build's read-through both take
-//! blobs through it.
+//! One storage in front of another, as one [`Storage`]: reads look in the front (the
+//! local store) first, then ask the one behind (a remote) and keep what it sends, checked,
+//! in front; writes go to the front (uploading is `push`'s). `fetch` and the build's
+//! read-through both take blobs through it.
 
 use crate::error::Result;
-use crate::remote::Remote;
-use crate::store::{ActionEntry, Storage, Store};
+use crate::store::{ActionEntry, Storage};
 
-/// The local store, and the remote behind it if there is one.
+/// One storage in front of another: the local store, and the remote behind it if there
+/// is one.
 #[derive(Clone, Copy)]
 pub struct Layered<'a> {
     /// Looked at first, and filled.
-    pub local: &'a Store,
-    /// Asked for what the store lacks.
-    pub remote: Option<&'a Remote>,
+    pub local: &'a dyn Storage,
+    /// Asked for what the local storage lacks.
+    pub remote: Option<&'a dyn Storage>,
 }
 
 impl<'a> Layered<'a> {
-    /// The store with `remote` behind it.
-    pub fn new(local: &'a Store, remote: &'a Remote) -> Layered<'a> {
+    /// `local` with `remote` behind it.
+    pub fn new(local: &'a dyn Storage, remote: &'a dyn Storage) -> Layered<'a> {
         Layered {
             local,
             remote: Some(remote),
         }
     }
 
-    /// Makes sure blob `digest` is in the local store: `Ok(true)` when it is (it was, or
-    /// the remote sent it and it checked out), `Ok(false)` when neither has it.
+    /// Makes sure blob `digest` is in the local storage: `Ok(true)` when it is (it was,
+    /// or the remote sent it and it checked out), `Ok(false)` when neither has it.
     pub fn fill_blob(&self, digest: &str, size: Option<u64>) -> Result<bool> {
-        if self.local.has_blob(digest) {
+        if self.local.has_blob(digest, size)? {
             return Ok(true);
         }
         let Some(remote) = self.remote else {
@@ -39,7 +39,7 @@ impl<'a> Layered<'a> {
             return Ok(false);
         };
         crate::failpoint::hit("fetch.store", digest);
-        self.local.put_verified_blob(digest, &blob)?;
+        self.local.put_blob(digest, &blob)?;
         Ok(true)
     }
 }
@@ -47,24 +47,30 @@ impl<'a> Layered<'a> {
 impl Storage for Layered<'_> {
     fn location(&self) -> String {
         match self.remote {
-            Some(r) => format!("{} (then {})", self.local.root().display(), r.url()),
-            None => self.local.root().display().to_string(),
+            Some(r) => format!("{} (then {})", self.local.location(), r.location()),
+            None => self.local.location(),
         }
     }
-    fn has_blob(&self, digest: &str) -> Result<bool> {
-        if self.local.has_blob(digest) {
+    fn has_blob(&self, digest: &str, size: Option<u64>) -> Result<bool> {
+        if self.local.has_blob(digest, size)? {
             return Ok(true);
         }
-        self.remote.map_or(Ok(false), |r| r.has_blob(digest))
+        self.remote.map_or(Ok(false), |r| r.has_blob(digest, size))
     }
     fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
         if !self.fill_blob(digest, size)? {
             return Ok(None);
         }
-        self.local.read_blob(digest, size).map(Some)
+        self.local.get_blob(digest, size)
     }
     fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
-        self.local.put_verified_blob(digest, bytes)
+        self.local.put_blob(digest, bytes)
+    }
+    fn has_entry(&self, key: &str) -> Result<bool> {
+        if self.local.has_entry(key)? {
+            return Ok(true);
+        }
+        self.remote.map_or(Ok(false), |r| r.has_entry(key))
     }
     fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
         if let Some(entry) = self.local.get_entry(key)? {
@@ -80,8 +86,8 @@ impl Storage for Layered<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::remote::RemoteSettings;
-    use crate::store::LockMode;
+    use crate::remote::{Remote, RemoteSettings};
+    use crate::store::{LockMode, Store};
     use std::time::Duration;
 
     /// A folder remote behind a store: a read fills the store, a corrupt remote blob

@@ -1,14 +1,12 @@
-//! Moving artifacts between the local store and the remote: `kart fetch`, `kart push`,
-//! and the build's read-through (take what a remote has before compiling) and
-//! write-through (`--push`).
+//! Verified copies between two storages: `kart fetch` (a remote into the local store),
+//! `kart push` and the build's `--push` (the local store into a remote).
 //!
 //! Trust follows the lock: from any remote kart takes only blobs whose digest the lock
-//! names (checked byte for byte); only a trusted remote's action entries may stand in
-//! for compiling, and they are validated first.
+//! names, and every storage checks bytes against their digest on the way in and out.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use serde::Serialize;
 
@@ -20,7 +18,7 @@ use crate::remote::layered::Layered;
 use crate::remote::{REMOTE_ENV, Remote, RemoteSettings};
 use crate::resolve::{Capability, JitPolicy};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
-use crate::store::{ActionEntry, Store};
+use crate::store::{ActionEntry, Storage};
 use crate::target::TargetArch;
 
 /// Progress of a transfer, drawn by the CLI (or ignored).
@@ -125,7 +123,7 @@ pub fn fetch_selection<'a>(
 /// lock's digest and size, and stores it. Stops early when the remote is unreachable,
 /// times out or refuses, and says which digests it did not fetch.
 pub fn fetch(
-    store: &Store,
+    store: &dyn Storage,
     remote: &Remote,
     artifacts: &[&LockedArtifact],
     reporter: &dyn TransferReporter,
@@ -140,7 +138,7 @@ pub fn fetch(
     };
     let todo: Vec<(&str, u64)> = sizes
         .into_iter()
-        .filter(|(d, _)| !store.has_blob(d))
+        .filter(|&(d, size)| !matches!(store.has_blob(d, Some(size)), Ok(true)))
         .collect();
     report.present = report.wanted - todo.len();
     reporter.start(todo.len(), todo.iter().map(|(_, s)| s).sum());
@@ -220,26 +218,43 @@ pub struct PushReport {
 }
 
 /// Uploads every blob the lock names and every action entry of its keys that the
-/// local store has and the remote lacks (HEAD first, then PUT).
+/// local store has and the remote lacks.
 pub fn push(
-    store: &Store,
+    store: &dyn Storage,
     remote: &Remote,
     lock: &Lockfile,
     reporter: &dyn TransferReporter,
 ) -> Result<PushReport> {
-    let keys: Vec<(&str, &str)> = lock
+    let items: Vec<Pushed<'_>> = lock
         .artifacts
         .iter()
-        .map(|a| (a.key.as_str(), a.digest.as_str()))
+        .map(|a| Pushed {
+            key: &a.key,
+            digest: &a.digest,
+            size: a.size,
+        })
         .collect();
-    push_keys(store, remote, &keys, reporter)
+    push_items(store, remote, &items, reporter)
 }
 
-/// Uploads the blobs and action entries of (key, digest) pairs.
-pub fn push_keys(
-    store: &Store,
+/// One artifact to push: its key, and its blob's digest and size.
+#[derive(Clone, Copy, Debug)]
+pub struct Pushed<'a> {
+    /// The action key (its entry goes up).
+    pub key: &'a str,
+    /// The blob's sha256.
+    pub digest: &'a str,
+    /// The blob's size.
+    pub size: u64,
+}
+
+/// Uploads the blobs and action entries of `items` the remote lacks: asks which blobs
+/// it is missing (in batches, on `remote.jobs` threads), uploads those, then the
+/// entries, so that a reader that finds an entry can always find its blob.
+pub fn push_items(
+    store: &dyn Storage,
     remote: &Remote,
-    keys: &[(&str, &str)],
+    items: &[Pushed<'_>],
     reporter: &dyn TransferReporter,
 ) -> Result<PushReport> {
     if remote.read_only {
@@ -248,38 +263,52 @@ pub fn push_keys(
             Some("drop --read-only / `read_only = true` to push".into()),
         ));
     }
-    let digests: BTreeSet<&str> = keys.iter().map(|(_, d)| *d).collect();
-    let entries: BTreeSet<&str> = keys.iter().map(|(k, _)| *k).collect();
+    let sizes: BTreeMap<&str, u64> = items.iter().map(|i| (i.digest, i.size)).collect();
+    let entries: BTreeSet<&str> = items.iter().map(|i| i.key).collect();
     let mut report = PushReport::default();
-    let (local, absent): (Vec<&str>, Vec<&str>) =
-        digests.into_iter().partition(|d| store.has_blob(d));
-    report.not_local = absent.into_iter().map(str::to_string).collect();
+    type Blobs<'b> = Vec<(&'b str, u64)>;
+    let (local, absent): (Blobs<'_>, Blobs<'_>) = sizes
+        .into_iter()
+        .partition(|&(d, size)| matches!(store.has_blob(d, Some(size)), Ok(true)));
+    report.not_local = absent.into_iter().map(|(d, _)| d.to_string()).collect();
     let stored_entries: Vec<ActionEntry> = entries
         .into_iter()
         .filter_map(|k| store.get_entry(k).ok().flatten())
         .collect();
-    let total_bytes: u64 = local.iter().filter_map(|d| store.stored_size(d)).sum();
-    reporter.start(local.len() + stored_entries.len(), total_bytes);
+    reporter.start(
+        local.len() + stored_entries.len(),
+        local.iter().map(|(_, s)| s).sum(),
+    );
+    // Which blobs the remote lacks: one question per batch where the server can answer
+    // many at once, spread over the transfer threads either way.
+    let batch = local.len().div_ceil(remote.jobs).clamp(1, 1000);
+    let batches: Vec<&[(&str, u64)]> = local.chunks(batch).collect();
+    let mut missing: BTreeSet<String> = BTreeSet::new();
+    for answer in parallel_map(&batches, remote.jobs, |b| remote.missing_blobs(b)) {
+        missing.extend(answer?);
+    }
+    report.blobs_present = local.len() - missing.len();
+    for _ in 0..report.blobs_present {
+        reporter.moved(0);
+    }
+    let missing: Vec<&String> = missing.iter().collect();
     let uploaded_bytes = AtomicU64::new(0);
-    let blobs = parallel_map(&local, remote.jobs, |digest| -> Result<bool> {
-        if remote.has_blob(digest)? {
-            reporter.moved(0);
-            return Ok(false);
-        }
-        let bytes = store.read_blob(digest, None)?;
+    let uploads = parallel_map(&missing, remote.jobs, |digest| -> Result<()> {
+        let bytes = store.get_blob(digest, None)?.ok_or_else(|| {
+            Error::usage(
+                format!("blob {digest} left the local store during the push"),
+                None,
+            )
+        })?;
         remote.put_blob(digest, &bytes)?;
         uploaded_bytes.fetch_add(bytes.len() as u64, Ordering::Relaxed);
         reporter.moved(bytes.len() as u64);
-        Ok(true)
+        Ok(())
     });
-    for r in blobs {
-        if r? {
-            report.blobs_uploaded += 1;
-        } else {
-            report.blobs_present += 1;
-        }
+    for r in uploads {
+        r?;
+        report.blobs_uploaded += 1;
     }
-    // Entries after blobs: a reader that finds an entry can then always find its blob.
     let uploaded = parallel_map(&stored_entries, remote.jobs, |entry| -> Result<bool> {
         reporter.moved(0);
         if remote.has_entry(&entry.key)? {
@@ -298,151 +327,3 @@ pub fn push_keys(
     report.bytes = uploaded_bytes.into_inner();
     Ok(report)
 }
-
-/// What the build's read-through found.
-#[derive(Debug, Default)]
-pub struct Pulled {
-    /// Keys now satisfied, with the entry to write into the lock.
-    pub entries: HashMap<String, ActionEntry>,
-    /// Blobs downloaded.
-    pub blobs: usize,
-}
-
-/// An artifact the build wants: its key and what the entry behind it must describe.
-#[derive(Clone, Debug)]
-pub struct Wanted<'a> {
-    /// The action key.
-    pub key: &'a str,
-    /// The kernel's name.
-    pub kernel: &'a str,
-    /// The config.
-    pub config: &'a crate::model::Config,
-    /// The target, as the lock writes it.
-    pub target: String,
-    /// cubin or PTX.
-    pub kind: crate::model::ArtifactKind,
-}
-
-impl Wanted<'_> {
-    /// Why `entry` is not this artifact's, if it is not.
-    fn mismatch(&self, entry: &ActionEntry) -> Option<String> {
-        let same = entry.kernel == self.kernel
-            && entry.config == *self.config
-            && entry.target == self.target
-            && entry.kind == self.kind;
-        (!same).then(|| {
-            format!(
-                "the remote's action entry for key {} describes {}, not {}; ignored",
-                &self.key[..12.min(self.key.len())],
-                crate::store::lockfile::describe(
-                    &entry.kernel,
-                    &entry.config,
-                    &entry.target,
-                    entry.kind
-                ),
-                crate::store::lockfile::describe(self.kernel, self.config, &self.target, self.kind),
-            )
-        })
-    }
-}
-
-/// Before compiling: asks the remote for each missing artifact. A trusted remote's
-/// action entry (validated) stands in for compiling, and its blob is downloaded and
-/// checked unless `entries_only`; from an untrusted remote only blobs whose digest
-/// `lock` names for the same key are taken. An unreachable remote is reported once and
-/// the rest is compiled locally.
-pub fn pull_missing(
-    store: &Store,
-    remote: &Remote,
-    missing: &[Wanted<'_>],
-    lock: &Lockfile,
-    entries_only: bool,
-    note: &(dyn Fn(&str) + Sync),
-) -> Pulled {
-    let layered = Layered::new(store, remote);
-    let gone = AtomicBool::new(false);
-    let warned = AtomicUsize::new(0);
-    let blobs = AtomicUsize::new(0);
-    let warn = |e: &Error| {
-        let unreachable = matches!(
-            e,
-            Error::Remote {
-                failure: RemoteFailure::Unreachable,
-                ..
-            }
-        );
-        if unreachable {
-            if !gone.swap(true, Ordering::Relaxed) {
-                note(&format!(
-                    "warning: {}; compiling locally without the remote",
-                    e.with_causes()
-                ));
-            }
-        } else if warned.fetch_add(1, Ordering::Relaxed) < 10 {
-            note(&format!("warning: {}", e.with_causes()));
-        }
-    };
-    let found = parallel_map(
-        missing,
-        remote.jobs,
-        |wanted| -> Option<(String, ActionEntry)> {
-            if gone.load(Ordering::Relaxed) {
-                return None;
-            }
-            let key = wanted.key;
-            let result = (|| -> Result<Option<ActionEntry>> {
-                if remote.trusted {
-                    let Some(entry) = remote.get_entry(key)? else {
-                        return Ok(None);
-                    };
-                    // The entry must be exactly the planned artifact: a key field that
-                    // matches is not enough to take another config's blob.
-                    if let Some(why) = wanted.mismatch(&entry) {
-                        if warned.fetch_add(1, Ordering::Relaxed) < 10 {
-                            note(&format!("warning: {why}"));
-                        }
-                        return Ok(None);
-                    }
-                    if !entries_only && !store.has_blob(&entry.digest) {
-                        if !layered.fill_blob(&entry.digest, Some(entry.size))? {
-                            return Ok(None);
-                        }
-                        blobs.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if !entries_only {
-                        store.put_entry(&entry)?;
-                    }
-                    return Ok(Some(entry));
-                }
-                let locked = lock
-                    .find(wanted.kernel, wanted.config, &wanted.target, wanted.kind)
-                    .filter(|a| a.key == key);
-                let Some(locked) = locked else {
-                    return Ok(None);
-                };
-                if entries_only || store.has_blob(&locked.digest) {
-                    return Ok(None);
-                }
-                if layered.fill_blob(&locked.digest, Some(locked.size))? {
-                    blobs.fetch_add(1, Ordering::Relaxed);
-                }
-                // The lock is the trust root: with its blob present, its entry stands.
-                Ok(None)
-            })();
-            match result {
-                Ok(entry) => entry.map(|e| (key.to_string(), e)),
-                Err(e) => {
-                    warn(&e);
-                    None
-                }
-            }
-        },
-    );
-    Pulled {
-        entries: found.into_iter().flatten().collect(),
-        blobs: blobs.into_inner(),
-    }
-}
-
-/// Shared handle on an opened remote, as build options carry it.
-pub type SharedRemote = Arc<Remote>;

@@ -266,7 +266,7 @@ mod tests {
         let lock = Lockfile::new(artifacts);
         // Only the sm_90 blobs (not the sm_90a ones) are in the store.
         for a in lock.artifacts.iter().filter(|a| a.target == "sm_90") {
-            store.put_verified_blob(&a.digest, &bytes(a)).unwrap();
+            store.put_named_blob(&a.digest, &bytes(a)).unwrap();
         }
         let h100 = Capability { major: 9, minor: 0 };
         let report = loadability(&lock, h100, Some(13000), &store);

@@ -263,9 +263,18 @@ impl Store {
         Ok(digest)
     }
 
-    /// Stores downloaded `bytes` under `digest`, which the caller has just checked is
-    /// their sha256 (against the lock), so they are not hashed again.
-    pub fn put_verified_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+    /// Stores `bytes` that came from elsewhere (a remote, a bundle) under `digest`,
+    /// hashing them first: bytes that are not blob `digest` are refused and nothing is
+    /// stored. They are compressed at a faster level than what the build stores.
+    pub fn put_named_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
+        let actual = sha256_hex(bytes);
+        if actual != digest {
+            return Err(misnamed_blob(
+                &self.dir.display().to_string(),
+                digest,
+                &actual,
+            ));
+        }
         self.store_blob(digest, bytes, ZSTD_LEVEL_FETCHED)
     }
 
@@ -580,30 +589,63 @@ pub(crate) fn decompress_bounded(
     Ok(out)
 }
 
-/// The verbs every place that keeps artifacts shares: this local store, a remote cache
-/// over HTTP, a remote folder, and the two layered (the `kart` crate's
-/// `remote::layered`). Bytes are checked against their digest on the way in and out.
-pub trait Storage: Sync {
-    /// Where it is, for messages.
+/// The verbs every place that keeps artifacts shares: this local store, and in the
+/// `kart` crate's `remote` module an HTTP cache, a shared folder, S3-compatible object
+/// storage, a Remote Execution API server, and one storage layered in front of another.
+///
+/// Every implementation checks bytes against their digest both ways: `get_blob` returns
+/// only bytes that hash to the digest asked for (and have the size asked for, where
+/// given), and `put_blob` hashes what it is handed and refuses a mismatch, so nothing a
+/// caller or a server gets wrong can reach a store under the wrong name. A blob's size
+/// is given wherever the caller knows it (the lock and action entries carry it): some
+/// servers (the Remote Execution API's CAS) name blobs by digest and size together.
+pub trait Storage: Send + Sync {
+    /// Where it is, for messages (never with credentials).
     fn location(&self) -> String;
-    /// Whether it holds blob `digest`.
-    fn has_blob(&self, digest: &str) -> Result<bool>;
+    /// Whether it holds blob `digest` (of `size` bytes, where known).
+    fn has_blob(&self, digest: &str, size: Option<u64>) -> Result<bool>;
+    /// Which of `blobs` (digest, size) it lacks, in their order. One question for many
+    /// where the server can answer that way; by default, one `has_blob` each.
+    fn missing_blobs(&self, blobs: &[(&str, u64)]) -> Result<Vec<String>> {
+        let mut missing = Vec::new();
+        for &(digest, size) in blobs {
+            if !self.has_blob(digest, Some(size))? {
+                missing.push(digest.to_string());
+            }
+        }
+        Ok(missing)
+    }
     /// Blob `digest`, checked against it (and against `size` where known); `Ok(None)`
     /// when it is not there.
     fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>>;
-    /// Keeps bytes that hash to `digest` (refused otherwise).
+    /// Keeps `bytes` as blob `digest`: they are hashed as they are stored, and bytes
+    /// that do not hash to `digest` are refused with nothing kept.
     fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()>;
+    /// Whether it holds the action entry of `key`.
+    fn has_entry(&self, key: &str) -> Result<bool> {
+        Ok(self.get_entry(key)?.is_some())
+    }
     /// The action entry of `key`, validated; `Ok(None)` when absent.
     fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>>;
     /// Keeps an action entry.
     fn put_entry(&self, entry: &ActionEntry) -> Result<()>;
 }
 
+/// The error of a `put_blob` handed bytes that are not the blob it names.
+pub fn misnamed_blob(location: &str, digest: &str, actual: &str) -> Error {
+    Error::Remote {
+        url: location.to_string(),
+        message: format!("refused to store bytes hashing to {actual} as blob {digest}"),
+        failure: crate::error::RemoteFailure::Corrupt,
+        hint: Some("nothing was stored under that name".into()),
+    }
+}
+
 impl Storage for Store {
     fn location(&self) -> String {
         self.root().display().to_string()
     }
-    fn has_blob(&self, digest: &str) -> Result<bool> {
+    fn has_blob(&self, digest: &str, _size: Option<u64>) -> Result<bool> {
         Ok(Store::has_blob(self, digest))
     }
     fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
@@ -613,7 +655,10 @@ impl Storage for Store {
         self.read_blob(digest, size).map(Some)
     }
     fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
-        self.put_verified_blob(digest, bytes)
+        self.put_named_blob(digest, bytes)
+    }
+    fn has_entry(&self, key: &str) -> Result<bool> {
+        Ok(is_sha256_hex(key) && self.entry_path(key).is_file())
     }
     fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
         Store::get_entry(self, key)

@@ -10,9 +10,9 @@ use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
 use crate::model::Config;
 use crate::pipeline::compile::{CompileJob, compile};
-use crate::pipeline::workspace::Workspace;
 use crate::store::lockfile::LockedArtifact;
 use crate::store::sidecar::Sidecar as _;
+use crate::workspace::Workspace;
 
 /// What `kart verify` found.
 #[derive(Debug, Default, Serialize)]
@@ -32,7 +32,7 @@ pub struct VerifyReport {
     /// Artifacts rebuilt.
     pub rebuilt: usize,
     /// The lock's digests against the action entries of their keys.
-    pub digests: crate::pipeline::workspace::DigestCheck,
+    pub digests: crate::workspace::DigestCheck,
 }
 
 impl VerifyReport {
@@ -120,7 +120,7 @@ pub fn verify(
 /// the digest of what nvcc made.
 fn rebuild_one(
     ws: &Workspace,
-    toolchain: &crate::pipeline::toolchain::Toolchain,
+    toolchain: &crate::toolchain::Toolchain,
     a: &LockedArtifact,
 ) -> std::result::Result<String, String> {
     let kernel = ws.project.kernel(&a.kernel).map_err(|e| e.to_string())?;

@@ -1,7 +1,7 @@
 //! Property-based fuzzing of every parser of user- or network-controlled files: kart.toml,
 //! kernel.toml, kart.lock, kart.attest, kart.tune, action entries, bundles, traces, fleet
 //! and problems files, the package index's JSON and wheel archives. Inputs are the seed
-//! corpus in `tests/corpus/` (real files of this repository; the bundle and the wheel
+//! corpus in `tests/corpus/` and the runtime crate's `tests/data/` (real files of this repository; the bundle and the wheel
 //! are made by the test) mutated by proptest: bit flips, inserted tokens (brackets,
 //! quotes, `../`, huge numbers, NUL, invalid UTF-8), 100,000 nested brackets or
 //! parentheses, deletions and duplications. Properties: no panic and no stack
@@ -202,11 +202,16 @@ fn fuzz_lock() {
 
 #[test]
 fn fuzz_action_entry() {
-    fuzz("action entry", &corpus("action-entry.json"), |b| {
-        let entry: kart::store::ActionEntry = serde_json::from_slice(b).map_err(|_| ())?;
-        entry.validate().map_err(|_| ())?;
-        Ok(vec![entry.key, entry.digest])
-    });
+    // The runtime crate's own tests read the same entry from its folder.
+    fuzz(
+        "action entry",
+        &corpus("../../crates/kart-runtime/tests/data/action-entry.json"),
+        |b| {
+            let entry: kart::store::ActionEntry = serde_json::from_slice(b).map_err(|_| ())?;
+            entry.validate().map_err(|_| ())?;
+            Ok(vec![entry.key, entry.digest])
+        },
+    );
 }
 
 #[test]

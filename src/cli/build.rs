@@ -5,8 +5,8 @@ use std::time::{Duration, Instant};
 
 use kart::error::{Error, Result};
 use kart::pipeline::compile::CompileFailure;
-use kart::pipeline::workspace::Workspace;
 use kart::pipeline::{BuildOptions, BuildReporter, Selection, build};
+use kart::workspace::Workspace;
 
 use super::progress::{CliReporter, build_bar};
 use super::{BuildArgs, Cli, open_remote};

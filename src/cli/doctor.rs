@@ -6,9 +6,9 @@ use std::process::ExitCode;
 use serde::Serialize;
 
 use kart::error::Result;
-use kart::pipeline::workspace::Workspace;
 use kart::resolve::format_cuda_version;
 use kart::runtime::doctor::{Loadability, loadability};
+use kart::workspace::Workspace;
 
 use super::{Cli, print_json};
 

@@ -4,8 +4,8 @@ use std::process::ExitCode;
 
 use kart::error::Result;
 use kart::model::{ArtifactKind, Config, ParamValue};
-use kart::pipeline::workspace::Workspace;
 use kart::target::TargetArch;
+use kart::workspace::Workspace;
 
 use super::{Cli, print_json};
 

@@ -3,9 +3,9 @@
 use std::process::ExitCode;
 
 use kart::error::{Error, Result};
-use kart::pipeline::workspace::Workspace;
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
+use kart::workspace::Workspace;
 
 use super::Cli;
 use kart::store::sidecar::Sidecar as _;

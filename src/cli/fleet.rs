@@ -9,12 +9,12 @@ use kart::attest::{ATTEST_FILE, AttestFile};
 use kart::coverage::{Coverage, CoverageInput, Need};
 use kart::error::{Error, Result};
 use kart::model::Problem;
-use kart::pipeline::workspace::Workspace;
 use kart::project::fleet::{FleetGpu, read_fleet_file};
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::store::sidecar::Sidecar as _;
 use kart::trace::TraceRecord;
 use kart::tune::{TUNE_FILE, TuneFile};
+use kart::workspace::Workspace;
 
 /// The lock and sidecars every fleet command reads.
 struct Records {

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use kart::error::Result;
 use kart::maintain;
-use kart::pipeline::workspace::Workspace;
+use kart::workspace::Workspace;
 
 use super::print_json;
 

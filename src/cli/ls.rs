@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use kart::error::Result;
 use kart::maintain::{self, ListRow};
-use kart::pipeline::workspace::Workspace;
+use kart::workspace::Workspace;
 
 use super::print_json;
 

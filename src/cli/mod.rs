@@ -29,11 +29,11 @@ use clap_complete::ArgValueCandidates;
 
 use kart::error::{Error, Result};
 use kart::model::ParamValue;
-use kart::pipeline::workspace::Workspace;
 use kart::pipeline::{Shard, parse_param};
 use kart::project::Project;
 use kart::store::LockMode;
 use kart::target::TargetArch;
+use kart::workspace::Workspace;
 
 /// The help heading of the options every command takes.
 const GLOBAL: &str = "Options of every command";

@@ -5,9 +5,9 @@ use std::process::ExitCode;
 use kart::error::{Error, Result};
 use kart::model::ArtifactKind;
 use kart::model::{Config, ParamValue};
-use kart::pipeline::workspace::Workspace;
 use kart::store::lockfile::describe;
 use kart::target::TargetArch;
+use kart::workspace::Workspace;
 
 /// `kart path`.
 pub fn run(

@@ -4,9 +4,9 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use kart::error::{Error, Result};
-use kart::pipeline::workspace::Workspace;
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
+use kart::workspace::Workspace;
 
 use serde::Serialize;
 

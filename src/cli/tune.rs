@@ -3,7 +3,7 @@
 use std::process::ExitCode;
 
 use kart::error::{IoContext, Result};
-use kart::pipeline::workspace::Workspace;
+use kart::workspace::Workspace;
 
 use super::print_json;
 use kart::store::sidecar::Sidecar as _;

@@ -33,7 +33,7 @@ class WrongDevice(KartError, ValueError):
 # --- Expressions of kernel.toml ([launch]), with the same rules as kart's evaluator:
 # 64-bit integers, `/` and `%` truncating toward zero as in C, cdiv rounding up,
 # comparisons and logic giving 1 or 0, overflow and division by zero as errors. The
-# table tests/data/expr.json is checked against both.
+# table crates/kart-runtime/tests/data/expr.json is checked against both.
 
 
 class ExprError(KartError):

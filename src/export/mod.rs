@@ -395,6 +395,17 @@ fn config_json(config: &Config) -> serde_json::Map<String, serde_json::Value> {
 mod tests {
     use super::*;
 
+    /// The exported loader's `tensor_map` takes the runtime's element type names.
+    #[test]
+    fn the_loader_knows_every_tensor_map_element_type() {
+        for name in kart_runtime::runtime::tma::TmaType::NAMES {
+            assert!(
+                LOADER.contains(&format!("\"{name}\": (")),
+                "{name} missing from loader.py's _TMA_TYPES"
+            );
+        }
+    }
+
     #[test]
     fn selectors_parse() {
         let s: Selector = "fa:BLOCK_M=128,NUM_WARPS=4".parse().unwrap();

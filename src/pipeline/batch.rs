@@ -40,8 +40,8 @@ pub fn batch_key(job: &CompileJob<'_>) -> Option<String> {
         "{}\n{}\n{:?}\n{:?}",
         job.kernel.name,
         job.target,
-        job.kernel.macro_params(job.config),
-        qualified_values(&templates, &job.kernel.param_texts(job.config))
+        job.kernel.macro_params(job.config).ok()?,
+        qualified_values(&templates, &job.kernel.param_texts(job.config).ok()?)
     ))
 }
 
@@ -77,10 +77,11 @@ pub fn compile_batch(
     scratch: &Path,
 ) -> Result<Vec<Result<CompileOutput, CompileFailure>>, String> {
     let first = jobs.first().ok_or("an empty batch")?;
-    let batch_instances: Vec<_> = jobs
+    let batch_instances = jobs
         .iter()
         .map(|j| j.kernel.template_instances(j.config))
-        .collect();
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
     let mut names: Vec<String> = Vec::new();
     for (_, instance) in batch_instances.iter().flatten() {
         if !names.contains(instance) {
@@ -99,6 +100,7 @@ pub fn compile_batch(
     let ptx_path = scratch.join("batch.ptx");
     let deps = scratch.join("batch.d");
     let mut args: Vec<String> = nvcc_args(first, &main, &ptx_path, &deps)
+        .map_err(|e| e.to_string())?
         .into_iter()
         .filter(|a| a != "--resource-usage")
         .map(|a| if a == "-cubin" { "-ptx".to_string() } else { a })
@@ -243,7 +245,8 @@ fn ptxas_command(job: &CompileJob<'_>, main: &Path, scratch: &Path) -> Option<Pt
         main,
         &scratch.join("probe.cubin"),
         &scratch.join("probe.d"),
-    );
+    )
+    .ok()?;
     args.push("--dryrun".into());
     let mut cmd = Command::new(&job.toolchain.nvcc);
     cmd.args(&args).current_dir(job.root);

@@ -12,11 +12,11 @@ use crate::cubin::{
 use crate::model::ArtifactKind;
 use crate::model::Config;
 use crate::pipeline::process::run_with_timeout;
-use crate::pipeline::toolchain::Toolchain;
 use crate::project::Kernel;
 use crate::project::entry::{TemplateEntry, find_symbols, plain_symbol, translation_unit};
 use crate::signature::check_signature;
 use crate::target::TargetArch;
+use crate::toolchain::Toolchain;
 
 /// What to compile.
 #[derive(Clone, Copy, Debug)]
@@ -92,7 +92,12 @@ pub(crate) const INSTANCES_FILE: &str = "kart_instances.cu";
 
 /// The nvcc arguments (after the program) for a job writing into `out` and `deps`,
 /// compiling `main` (see [`main_file`]).
-pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> Vec<String> {
+pub fn nvcc_args(
+    job: &CompileJob<'_>,
+    main: &Path,
+    out: &Path,
+    deps: &Path,
+) -> crate::error::Result<Vec<String>> {
     let mut args = Vec::new();
     match job.kind {
         ArtifactKind::Cubin => {
@@ -109,7 +114,7 @@ pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> 
     for (name, value) in &job.kernel.defines {
         args.push(format!("-D{name}={value}"));
     }
-    for (name, value) in job.kernel.macro_params(job.config) {
+    for (name, value) in job.kernel.macro_params(job.config)? {
         args.push(format!("-D{name}={value}"));
     }
     // A template kernel's source is included by the generated unit through its own
@@ -144,7 +149,7 @@ pub fn nvcc_args(job: &CompileJob<'_>, main: &Path, out: &Path, deps: &Path) -> 
         args.push("cu".to_string());
     }
     args.push(main.display().to_string());
-    args
+    Ok(args)
 }
 
 /// nvcc names internal-linkage device symbols (anonymous namespaces, `static` objects of
@@ -169,6 +174,17 @@ fn source_folder(kernel: &Kernel) -> &Path {
     kernel.sources[0].parent().unwrap_or(Path::new("."))
 }
 
+/// A config whose derived params cannot be evaluated (a kernel loaded without the
+/// grid's check) fails like a compile, with the expression's error.
+fn key_input_failure(e: crate::error::Error) -> CompileFailure {
+    CompileFailure {
+        summary: e.to_string(),
+        details: String::new(),
+        disk_full: false,
+        group: String::new(),
+    }
+}
+
 /// Runs nvcc for `job` in `scratch` (a private folder) and checks what it wrote.
 pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, CompileFailure> {
     let out = scratch.join(match job.kind {
@@ -177,7 +193,10 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
     });
     let deps = scratch.join("out.d");
     let main = main_file(job, scratch);
-    let instances = job.kernel.template_instances(job.config);
+    let instances = job
+        .kernel
+        .template_instances(job.config)
+        .map_err(key_input_failure)?;
     if !instances.is_empty() {
         if main.file_name() == job.kernel.sources[0].file_name() {
             return Err(CompileFailure {
@@ -202,7 +221,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             group: String::new(),
         })?;
     }
-    let mut args = nvcc_args(job, &main, &out, &deps);
+    let mut args = nvcc_args(job, &main, &out, &deps).map_err(key_input_failure)?;
     let shown = format!("nvcc {}", args.join(" "));
     crate::pipeline::phases::add_time_arg(
         &mut args,

@@ -10,9 +10,9 @@ use crate::error::{Error, Result};
 use crate::model::{ArtifactKind, Config};
 use crate::pipeline::explain_change;
 use crate::pipeline::key::{action_key, action_preimage, kernel_input_files};
-use crate::pipeline::workspace::Workspace;
 use crate::store::lockfile::describe;
 use crate::target::TargetArch;
+use crate::workspace::Workspace;
 
 /// What `explain` found.
 #[derive(Debug, Serialize)]
@@ -106,7 +106,7 @@ pub fn explain(
             )),
         ));
     }
-    if !kernel.configs().contains(config) {
+    if !kernel.configs()?.contains(config) {
         return Err(Error::usage(
             format!("{config} is not a config of `{kernel_name}`"),
             kernel.grid().why_none(&config.0),
@@ -124,7 +124,7 @@ pub fn explain(
         target,
         kind,
         &files,
-    );
+    )?;
     let key = action_key(&preimage);
     let lock = ws.lock()?;
     let locked = lock.find(kernel_name, config, &target.to_string(), kind);
@@ -137,7 +137,7 @@ pub fn explain(
         ),
     };
     let templates = kernel
-        .template_instances(config)
+        .template_instances(config)?
         .into_iter()
         .map(|(t, instance)| TemplateInstance {
             entry: t.name.clone(),

@@ -11,9 +11,9 @@ use crate::digest::{Preimage, sha256_file};
 use crate::error::Result;
 use crate::model::ArtifactKind;
 use crate::model::Config;
-use crate::pipeline::toolchain::Toolchain;
 use crate::project::{KERNEL_FILE, Kernel};
 use crate::target::TargetArch;
+use crate::toolchain::Toolchain;
 use crate::tree::collect_files;
 
 /// Bump when anything about the key's inputs or encoding changes: every key changes
@@ -66,7 +66,7 @@ pub fn action_preimage(
     target: TargetArch,
     kind: ArtifactKind,
     files: &BTreeMap<String, String>,
-) -> Preimage {
+) -> Result<Preimage> {
     let mut p = Preimage::default();
     p.push("key format", KEY_FORMAT_VERSION.to_string());
     p.push("toolchain: nvcc --version", toolchain.version_text.clone());
@@ -118,13 +118,13 @@ pub fn action_preimage(
     }
     // Derived params by value (none for most kernels, whose keys stay as they were):
     // rewriting an expression without changing a value keeps the key.
-    for (name, value) in kernel.derived_values(config).unwrap_or_default() {
+    for (name, value) in kernel.derived_or_error(config)? {
         p.push(format!("derived {name}"), value.to_string());
     }
     // The names that reach the source as -D macros (their values are above): a change
     // of the rule that picks them changes the key, not silently the bytes.
     let macros: Vec<String> = kernel
-        .macro_params(config)
+        .macro_params(config)?
         .into_iter()
         .map(|(name, _)| name)
         .collect();
@@ -158,7 +158,7 @@ pub fn action_preimage(
     for (path, hash) in files {
         p.push(format!("file {path}"), hash.clone());
     }
-    p
+    Ok(p)
 }
 
 /// The action key of a preimage.
@@ -289,7 +289,46 @@ mod tests {
             ArtifactKind::Cubin,
             &files,
         )
-        .pipe(|p| action_key(&p))
+        .pipe(|p| action_key(&p.unwrap()))
+    }
+
+    /// A kernel that reached the key without the load-time check of its grid (a
+    /// derived param that divides by zero): no key, an error naming the expression.
+    #[test]
+    fn a_derived_param_that_cannot_be_evaluated_is_an_error_not_a_missing_input() {
+        let (toolchain, mut kernel) = fixture();
+        kernel.params = [(
+            "B".to_string(),
+            vec![ParamValue::Int(0), ParamValue::Int(4)],
+        )]
+        .into();
+        kernel.derived = vec![crate::project::grid::Derived {
+            name: "PER".into(),
+            expr: kart_runtime::expr::Expr::parse("64 / B").unwrap(),
+        }];
+        let config = Config([("B".to_string(), ParamValue::Int(0))].into());
+        let files = BTreeMap::new();
+        let target = "sm_90".parse().unwrap();
+        let err = action_preimage(
+            Path::new("/project"),
+            &toolchain,
+            &kernel,
+            &config,
+            target,
+            ArtifactKind::Cubin,
+            &files,
+        )
+        .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            text.contains("derived param `PER` cannot be evaluated"),
+            "{text}"
+        );
+        assert!(
+            kernel.configs().is_err(),
+            "no grid without its derived params"
+        );
+        assert!(kernel.macro_params(&config).is_err());
     }
 
     trait Pipe: Sized {

@@ -8,8 +8,8 @@ use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::pipeline::key::diff_preimages;
 use crate::pipeline::plan::Planned;
-use crate::pipeline::workspace::Workspace;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
+use crate::workspace::Workspace;
 
 /// `--locked`: every selected artifact's key must equal the lock's, and each digest the
 /// action entry of its key (where the store or a trusted remote has one).
@@ -18,7 +18,7 @@ pub(super) fn check_locked(
     selected: &[&Planned],
     whole: bool,
     remote: Option<&crate::remote::Remote>,
-) -> Result<crate::pipeline::workspace::DigestCheck> {
+) -> Result<crate::workspace::DigestCheck> {
     let path = lock_path(&ws.project.root);
     let Some(lock) = Lockfile::read(&path, Path::new(LOCK_FILE))? else {
         return Err(Error::CheckFailed {
@@ -141,9 +141,7 @@ pub fn explain_change(ws: &Workspace, old_key: &str, new: &Preimage) -> Vec<Stri
 }
 
 /// The error for lock records whose digest disagrees with their key's action entry.
-pub(super) fn digest_mismatch_error(
-    mismatches: &[crate::pipeline::workspace::DigestMismatch],
-) -> Error {
+pub(super) fn digest_mismatch_error(mismatches: &[crate::workspace::DigestMismatch]) -> Error {
     let lines: Vec<String> = mismatches.iter().map(|m| format!("  {m}")).collect();
     Error::CheckFailed {
         message: format!(

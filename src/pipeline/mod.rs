@@ -5,20 +5,21 @@ pub mod batch;
 pub mod compile;
 pub mod explain;
 pub mod key;
-pub mod library;
+mod lock_write;
 mod locked;
 pub mod phases;
 mod plan;
 pub mod process;
 pub mod ptx;
 mod pull;
+mod reporter;
 pub mod smoke;
-pub mod toolchain;
-pub mod workspace;
 
+use lock_write::write_lock;
 pub use locked::explain_change;
 use locked::{check_locked, digest_mismatch_error};
 pub use plan::{Planned, Selection};
+pub use reporter::BuildReporter;
 
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -27,11 +28,10 @@ use std::time::Duration;
 use crate::error::{Error, Result};
 use crate::model::ParamValue;
 use crate::pipeline::compile::{CompileFailure, CompileJob, compile};
-use crate::pipeline::toolchain::Toolchain;
-pub use crate::pipeline::workspace::Workspace;
-use crate::project::Project;
-use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile, lock_path};
+use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::store::{ActionEntry, ENTRY_FORMAT};
+use crate::toolchain::Toolchain;
+use crate::workspace::Workspace;
 
 /// One slice of a sharded build: `index` of `count` (1-based, as written: `--shard 2/4`).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -109,19 +109,6 @@ impl Default for BuildOptions {
         }
     }
 }
-
-/// Progress of a build, drawn by the CLI (or ignored).
-pub trait BuildReporter: Sync {
-    /// The plan: how many artifacts are selected, and how many must be compiled.
-    fn planned(&self, _selected: usize, _to_compile: usize) {}
-    /// A compile finished (successfully or not).
-    fn compiled(&self, _artifact: &str, _result: std::result::Result<Duration, &CompileFailure>) {}
-    /// Something worth a line: the smoke check, a replayed warning, a skipped entry.
-    fn note(&self, _message: &str) {}
-}
-
-/// A reporter that shows nothing.
-impl BuildReporter for crate::pool::Silent {}
 
 /// What a build did.
 #[derive(Debug, Default, serde::Serialize)]
@@ -658,7 +645,7 @@ fn keep_scratch(
         &main,
         &kept.join(format!("out.{ext}")),
         &kept.join("out.d"),
-    );
+    )?;
     let quoted: Vec<String> = std::iter::once(job.toolchain.nvcc.display().to_string())
         .chain(args)
         .map(|a| shell_quote(&a))
@@ -689,176 +676,6 @@ fn shell_quote(text: &str) -> String {
         return text.to_string();
     }
     format!("'{}'", text.replace('\'', "'\\''"))
-}
-
-/// The lock entry of a stored action entry.
-fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> LockedArtifact {
-    LockedArtifact {
-        kernel: project.kernels[p.kernel].name.clone(),
-        config: p.config.clone(),
-        target: p.target.to_string(),
-        kind: p.kind,
-        key: p.key.clone(),
-        digest: entry.digest.clone(),
-        size: entry.size,
-        nvcc: entry.nvcc_release.clone(),
-        entries: entry.entries.clone(),
-        derived: p.derived.clone(),
-    }
-}
-
-/// Writes the lock for every planned artifact the store has (or the old lock already
-/// listed with the same key). A record the old lock had for the same key is kept only
-/// while no action entry (the store's, or one taken from a trusted remote) names
-/// another digest for it; those that do are kept too, unchanged, and pushed to
-/// `mismatches`. Every artifact of `built` (what this build compiled or took from a
-/// store) must be recorded: one that cannot be (its action entry unreadable, its blob
-/// gone) fails the build before the lock is written, naming the artifact and why.
-/// Returns the lock and whether the file changed.
-fn write_lock(
-    ws: &Workspace,
-    planned: &[Planned],
-    built: &std::collections::HashSet<&str>,
-    from_remote: &std::collections::HashMap<String, ActionEntry>,
-    old: &Lockfile,
-    mismatches: &mut Vec<crate::pipeline::workspace::DigestMismatch>,
-    reporter: &dyn BuildReporter,
-) -> Result<(Lockfile, bool)> {
-    // A record of a lock in the current format with the same key and identity is kept
-    // as it is (the lock is the trust root), once its entry, if any, agrees.
-    let current: std::collections::HashMap<&str, &LockedArtifact> =
-        if old.version == crate::store::lockfile::LOCK_VERSION {
-            old.artifacts.iter().map(|a| (a.key.as_str(), a)).collect()
-        } else {
-            Default::default()
-        };
-    let mut checked = ws.store.checked();
-    let mut artifacts = Vec::new();
-    let mut unrecorded = Vec::new();
-    for p in planned {
-        let kernel = &ws.project.kernels[p.kernel].name;
-        let same = current.get(p.key.as_str()).filter(|a| {
-            a.kernel == *kernel
-                && a.config == p.config
-                && a.target == p.target.to_string()
-                && a.kind == p.kind
-        });
-        if let Some(kept) = same {
-            // Agreed before, with the entry file unchanged since: nothing to read.
-            let binding = crate::store::checked::binding(kept);
-            if ws
-                .store
-                .entry_state(&p.key)
-                .is_some_and(|state| checked.agrees(&binding, state))
-            {
-                artifacts.push((*kept).clone());
-                continue;
-            }
-            let local = ws.stored_entry_with_state(&p.key, reporter);
-            if let Some((entry, state)) = &local {
-                if entry.digest == kept.digest
-                    && crate::pipeline::workspace::same_artifact(kept, entry)
-                {
-                    checked.record(binding, *state);
-                } else {
-                    checked.forget(&binding);
-                }
-            }
-            let entry = local
-                .map(|(e, _)| (e, "the store".to_string()))
-                .or_else(|| {
-                    from_remote
-                        .get(&p.key)
-                        .map(|e| (e.clone(), "the trusted remote".to_string()))
-                });
-            if let Some((entry, from)) = entry
-                && entry.digest != kept.digest
-            {
-                mismatches.push(crate::pipeline::workspace::DigestMismatch {
-                    artifact: kept.describe(),
-                    key: kept.key.clone(),
-                    lock_digest: kept.digest.clone(),
-                    entry_digest: entry.digest.clone(),
-                    entry_from: from,
-                });
-            }
-            artifacts.push((*kept).clone());
-            continue;
-        }
-        let why = match ws.recorded_entry(&p.key) {
-            Ok(entry) => {
-                artifacts.push(locked_artifact(&ws.project, p, &entry));
-                continue;
-            }
-            Err(why) => why,
-        };
-        if let Some(entry) = from_remote.get(&p.key) {
-            artifacts.push(locked_artifact(&ws.project, p, entry));
-        } else if let Some(kept) = old
-            .find(kernel, &p.config, &p.target.to_string(), p.kind)
-            .filter(|a| a.key == p.key)
-        {
-            artifacts.push(kept.clone());
-        } else if built.contains(p.key.as_str()) {
-            unrecorded.push(format!("  {}: {why}", p.describe(&ws.project)));
-        }
-    }
-    // Never a lock with fewer records than the build produced and exit 0: every later
-    // build would compile them again, and `path`/`export` would not find them.
-    if !unrecorded.is_empty() {
-        return Err(Error::CheckFailed {
-            message: format!(
-                "{} artifact(s) were built but cannot be recorded in kart.lock (kart.lock was left as it was):\n{}",
-                unrecorded.len(),
-                unrecorded.join("\n")
-            ),
-            hint: Some(
-                "this is a defect of kart or a damaged store: run `kart verify`, then `kart build` \
-                 again; if it repeats, report the lines above"
-                    .into(),
-            ),
-        });
-    }
-    // A kernel that could not be read keeps its records as they were: fixing its
-    // kernel.toml and building again is what changes them.
-    let broken: std::collections::BTreeSet<&str> =
-        ws.project.broken.iter().map(|b| b.name.as_str()).collect();
-    let planned_listed = artifacts.len();
-    artifacts.extend(
-        old.artifacts
-            .iter()
-            .filter(|a| broken.contains(a.kernel.as_str()))
-            .cloned(),
-    );
-    let kernels = ws
-        .project
-        .kernels
-        .iter()
-        .filter_map(|k| {
-            k.launch.as_ref().map(|l| LockedKernel {
-                name: k.name.clone(),
-                launch: l.text(),
-            })
-        })
-        .chain(
-            old.kernels
-                .iter()
-                .filter(|k| broken.contains(k.name.as_str()))
-                .cloned(),
-        )
-        .collect();
-    checked.save();
-    let lock = Lockfile::new(artifacts).with_kernels(kernels);
-    crate::failpoint::hit("lock.write", "");
-    // The same records as the lock read: nothing to serialize and compare byte by byte.
-    let changed = lock != *old && lock.write(&lock_path(&ws.project.root))?;
-    if planned_listed < planned.len() {
-        reporter.note(&format!(
-            "kart.lock lists {planned_listed} of the project's {} artifacts; run `kart build` for the rest",
-            planned.len()
-        ));
-    }
-    Ok((lock, changed))
 }
 
 /// Parses `NAME=VALUE` from the command line.

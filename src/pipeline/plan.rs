@@ -7,14 +7,14 @@ use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::model::ArtifactKind;
 use crate::model::{Config, ParamValue};
-use crate::pipeline::BuildReporter;
 use crate::pipeline::key::{action_key, action_preimage, kernel_input_files};
-use crate::pipeline::toolchain::Toolchain;
-use crate::pipeline::workspace::Workspace;
+use crate::pipeline::reporter::BuildReporter;
 use crate::project::{Kernel, Project};
 use crate::store::ActionEntry;
 use crate::store::lockfile::describe;
 use crate::target::TargetArch;
+use crate::toolchain::Toolchain;
+use crate::workspace::Workspace;
 
 /// Which artifacts a command is about. Empty lists mean "all".
 #[derive(Clone, Debug, Default)]
@@ -88,7 +88,7 @@ impl Workspace {
                 }
             }
             let files = kernel_input_files(&project.root, kernel)?;
-            let mut configs = kernel.configs();
+            let mut configs = kernel.configs()?;
             configs.sort();
             for config in configs {
                 for &target in &kernel.targets {
@@ -106,9 +106,9 @@ impl Workspace {
                             target,
                             kind,
                             &files,
-                        );
+                        )?;
                         let key = action_key(&preimage);
-                        let derived = kernel.derived_values(&config).unwrap_or_default();
+                        let derived = kernel.derived_or_error(&config)?;
                         planned.push(Planned {
                             derived,
                             kernel: index,

@@ -8,11 +8,11 @@ use crate::error::{Error, IoContext, Result};
 use crate::model::ArtifactKind;
 use crate::model::Config;
 use crate::pipeline::compile::{CompileJob, compile};
-use crate::pipeline::toolchain::Toolchain;
 use crate::project::Kernel;
 use crate::signature::ParamKind;
 use crate::store::Store;
 use crate::target::TargetArch;
+use crate::toolchain::Toolchain;
 
 /// The smoke kernel's source (the same file as `kernels/smoke/smoke.cu`).
 pub const SMOKE_SOURCE: &str = include_str!("../../kernels/smoke/smoke.cu");
@@ -97,7 +97,7 @@ pub fn compile_smoke_bytes(
             message: format!(
                 "the toolchain cannot compile the smoke kernel for {target}, so it would fail on every kernel: {failure}"
             ),
-            hint: Some(format!("{} (nvcc at `{}`)", crate::pipeline::toolchain::SETUP_HINT, toolchain.nvcc.display())),
+            hint: Some(format!("{} (nvcc at `{}`)", crate::toolchain::SETUP_HINT, toolchain.nvcc.display())),
         }
     })?;
     Ok((out.bytes, out.elapsed))
@@ -169,8 +169,8 @@ pub fn run_smoke(
     use crate::runtime::Gpu;
     let mut report = SmokeReport::default();
     let toolchain = report.stage("toolchain", || {
-        crate::pipeline::toolchain::refuse_hostile_env()?;
-        let path = crate::pipeline::toolchain::find_nvcc(nvcc, project_root, installed_nvcc)?;
+        crate::toolchain::refuse_hostile_env()?;
+        let path = crate::toolchain::find_nvcc(nvcc, project_root, installed_nvcc)?;
         let tc = Toolchain::load(&path, &store.toolchain_cache_dir())?;
         let detail = format!("nvcc {} at {}", tc.release, tc.nvcc.display());
         Ok((tc, detail))

@@ -10,6 +10,7 @@ use kart_runtime::model::{Config, ParamValue, TuneSpec};
 use kart_runtime::signature::ParamKind;
 use kart_runtime::target::TargetArch;
 
+use crate::error::{Error, Result};
 use crate::project::entry::TemplateEntry;
 use crate::project::grid::{Derived, Grid, GridError, GridReport, Rule, RuleOrDerived};
 
@@ -136,15 +137,33 @@ impl Kernel {
 
     /// Every config of the grid that `[[exclude]]` and `require` keep, in a stable
     /// order.
-    pub fn configs(&self) -> Vec<Config> {
-        // Rules and derived params were evaluated over the whole grid when the kernel
-        // was loaded, so they cannot fail here.
-        self.kept
-            .get_or_init(|| {
-                self.grid_report()
-                    .map_or_else(|_| Vec::new(), |(_, configs)| configs)
-            })
-            .clone()
+    /// Rules and derived params are evaluated over the whole grid when the kernel is
+    /// loaded (with the failing expression's line); one that fails here means a kernel
+    /// built without that check, and is an error rather than an empty grid.
+    pub fn configs(&self) -> Result<Vec<Config>> {
+        if let Some(kept) = self.kept.get() {
+            return Ok(kept.clone());
+        }
+        let (_, configs) = self.grid_report().map_err(|e| {
+            let what = match e.at {
+                RuleOrDerived::Rule(i) => format!("`require` rule {}", i + 1),
+                RuleOrDerived::Derived(i) => format!("derived param `{}`", self.derived[i].name),
+            };
+            self.unevaluable(&e.config, &what, &e.error)
+        })?;
+        Ok(self.kept.get_or_init(|| configs).clone())
+    }
+
+    /// The error of an expression of this kernel that cannot be evaluated on `config`.
+    fn unevaluable(&self, config: &Config, what: &str, error: &ExprError) -> Error {
+        Error::usage(
+            format!(
+                "{}: kernel `{}`, config {config}: {what} cannot be evaluated: {error}",
+                self.manifest.display(),
+                self.name
+            ),
+            Some("fix the expression in kernel.toml; no action key is computed without it".into()),
+        )
     }
 }
 
@@ -177,25 +196,37 @@ impl Kernel {
         self.grid().report()
     }
 
+    /// The derived params of `config`, or the error naming the one that fails: these
+    /// values reach the source and the action key, so none may be silently missing.
+    pub fn derived_or_error(&self, config: &Config) -> Result<BTreeMap<String, i64>> {
+        self.derived_values(config).map_err(|(i, e)| {
+            self.unevaluable(
+                config,
+                &format!("derived param `{}`", self.derived[i].name),
+                &e,
+            )
+        })
+    }
+
     /// Every param and derived param of `config`, as the text the source sees.
-    pub fn param_texts(&self, config: &Config) -> BTreeMap<String, String> {
+    pub fn param_texts(&self, config: &Config) -> Result<BTreeMap<String, String>> {
         let mut values: BTreeMap<String, String> = config
             .0
             .iter()
             .map(|(k, v)| (k.clone(), v.to_string()))
             .collect();
-        for (k, v) in self.derived_values(config).unwrap_or_default() {
+        for (k, v) in self.derived_or_error(config)? {
             values.insert(k, v.to_string());
         }
-        values
+        Ok(values)
     }
 
     /// The params and derived params passed as `-D NAME=VALUE`, per `param_macros`.
-    pub fn macro_params(&self, config: &Config) -> Vec<(String, String)> {
-        let values = self.param_texts(config);
+    pub fn macro_params(&self, config: &Config) -> Result<Vec<(String, String)>> {
+        let values = self.param_texts(config)?;
         let in_templates: BTreeSet<String> = match self.param_macros {
             ParamMacros::All => BTreeSet::new(),
-            ParamMacros::None => return Vec::new(),
+            ParamMacros::None => return Ok(Vec::new()),
             // A value reaches the source once: not as a macro when a template entry
             // takes it, nor when the source computes a derived param of that name; and
             // not at all when nothing the kernel compiles mentions it.
@@ -210,23 +241,24 @@ impl Kernel {
         // Params first, then derived params, each in name order (as before templates).
         let params = config.0.keys();
         let derived = values.keys().filter(|k| !config.0.contains_key(*k));
-        params
+        Ok(params
             .chain(derived)
             .filter(|k| !in_templates.contains(*k))
             .map(|k| (k.clone(), values[k].clone()))
-            .collect()
+            .collect())
     }
 
     /// Each template entry with its instance for `config`, in entry order.
-    pub fn template_instances(&self, config: &Config) -> Vec<(&TemplateEntry, String)> {
+    pub fn template_instances(&self, config: &Config) -> Result<Vec<(&TemplateEntry, String)>> {
         if self.templates.is_empty() {
-            return Vec::new();
+            return Ok(Vec::new());
         }
-        let values = self.param_texts(config);
-        self.entry
+        let values = self.param_texts(config)?;
+        Ok(self
+            .entry
             .iter()
             .filter_map(|name| self.templates.get(name))
             .map(|t| (t, t.instance(&values)))
-            .collect()
+            .collect())
     }
 }

@@ -5,8 +5,11 @@
 
 use std::path::{Path, PathBuf};
 
+use super::check::{
+    MAX_BLOB_BYTES, MAX_ENTRY_BYTES, check_blob, checked_name, encode_entry, parse_entry,
+};
 use super::guard::Guard;
-use super::{RemoteSettings, check_blob, checked_name, encode_entry, parse_entry};
+use super::settings::RemoteSettings;
 use crate::error::{Error, IoContext, RemoteFailure, Result};
 use crate::store::fsutil::write_atomic;
 use crate::store::{ActionEntry, Storage, misnamed_blob};
@@ -100,7 +103,7 @@ impl Storage for FolderStorage {
         self.exists("cas", digest)
     }
     fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
-        let limit = size.unwrap_or(super::MAX_BLOB_BYTES);
+        let limit = size.unwrap_or(MAX_BLOB_BYTES);
         let Some(bytes) = self.read("cas", digest, limit)? else {
             return Ok(None);
         };
@@ -123,7 +126,7 @@ impl Storage for FolderStorage {
         self.exists("ac", key)
     }
     fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
-        let bytes = self.read("ac", key, super::MAX_ENTRY_BYTES)?;
+        let bytes = self.read("ac", key, MAX_ENTRY_BYTES)?;
         match bytes {
             Some(b) => parse_entry(&format!("{}/ac/{key}", self.shown), key, &b),
             None => Ok(None),

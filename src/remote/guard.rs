@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use super::{RemoteSettings, Timeouts};
+use super::settings::{RemoteSettings, Timeouts};
 use crate::error::{Error, RemoteFailure, Result};
 
 /// The outcome of one attempt at a request.

@@ -13,53 +13,13 @@
 
 use std::time::{Duration, Instant};
 
+use super::check::{
+    MAX_BLOB_BYTES, MAX_ENTRY_BYTES, check_blob, checked_name, encode_entry, parse_entry, too_large,
+};
 use super::guard::{Attempt, Guard, secs};
-use super::{RemoteSettings, check_blob, checked_name, encode_entry, parse_entry};
+use super::settings::{MIN_PROGRESS_BYTES, RemoteSettings, Timeouts, strip_credentials};
 use crate::error::{Error, Result};
 use crate::store::{ActionEntry, Storage, misnamed_blob};
-
-/// How long each phase of a request may take.
-#[derive(Clone, Copy, Debug, PartialEq)]
-pub struct Timeouts {
-    /// Until the TCP (and TLS) connection is up.
-    pub connect: Duration,
-    /// From sending the request until the answer's headers are in. An upload gets one
-    /// `stall` more per MiB it sends.
-    pub first_byte: Duration,
-    /// A transfer that moves less than [`MIN_PROGRESS_BYTES`] in this long is stalled.
-    pub stall: Duration,
-    /// The slowest rate worth waiting for, bytes per second: a request's total deadline
-    /// is `first_byte` and one `stall` period plus its size at this rate, so a server
-    /// that keeps a transfer barely alive (a kilobyte a second, never a stall) is given
-    /// up all the same, while a transfer that stops is still named a stall.
-    pub min_rate: u64,
-}
-
-impl Timeouts {
-    /// The whole request's deadline for `bytes` to move.
-    pub fn deadline(&self, bytes: u64) -> Duration {
-        self.first_byte
-            + self.stall
-            + Duration::from_secs_f64(bytes as f64 / self.min_rate.max(1) as f64)
-    }
-}
-
-impl Default for Timeouts {
-    /// 3 s to connect, 5 s to the first byte, 5 s of stall: a cache on a LAN or in the
-    /// same cloud region answers in milliseconds, so a build loses at most seconds to
-    /// one that does not.
-    fn default() -> Timeouts {
-        Timeouts {
-            connect: Duration::from_secs(3),
-            first_byte: Duration::from_secs(5),
-            stall: Duration::from_secs(5),
-            min_rate: 1 << 20,
-        }
-    }
-}
-
-/// The least a transfer must move per `stall` period to count as moving.
-pub const MIN_PROGRESS_BYTES: usize = 1024;
 
 /// What a request needs besides its method and URL.
 struct RequestParts<'a> {
@@ -197,7 +157,7 @@ impl Http {
                     .headers()
                     .get(reqwest::header::LOCATION)
                     .and_then(|v| v.to_str().ok())
-                    .map(super::strip_credentials)
+                    .map(strip_credentials)
                     .unwrap_or_default();
                 fail(
                     RemoteFailure::Refused,
@@ -212,7 +172,7 @@ impl Http {
                 format!("{method} answered {status}"),
                 Some(format!(
                     "check the token in {} (set: {}) and the server's permissions",
-                    super::TOKEN_ENV,
+                    super::settings::TOKEN_ENV,
                     if self.has_token() { "yes" } else { "no" }
                 )),
             ),
@@ -255,7 +215,7 @@ async fn read_body(
             window_bytes += chunk.len();
             bytes.extend_from_slice(&chunk);
             if bytes.len() as u64 > parts.limit {
-                return Attempt::Fail(super::too_large(parts.shown, parts.limit));
+                return Attempt::Fail(too_large(parts.shown, parts.limit));
             }
         }
         if window_start.elapsed() >= stall {
@@ -345,7 +305,7 @@ impl Storage for HttpStorage {
             .is_some())
     }
     fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
-        let limit = size.unwrap_or(super::MAX_BLOB_BYTES);
+        let limit = size.unwrap_or(MAX_BLOB_BYTES);
         let Some(bytes) = self.request(reqwest::Method::GET, "cas", digest, None, limit)? else {
             return Ok(None);
         };
@@ -371,13 +331,7 @@ impl Storage for HttpStorage {
             .is_some())
     }
     fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
-        let bytes = self.request(
-            reqwest::Method::GET,
-            "ac",
-            key,
-            None,
-            super::MAX_ENTRY_BYTES,
-        )?;
+        let bytes = self.request(reqwest::Method::GET, "ac", key, None, MAX_ENTRY_BYTES)?;
         match bytes {
             Some(b) => parse_entry(&format!("{}/ac/{key}", self.shown), key, &b),
             None => Ok(None),

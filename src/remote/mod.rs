@@ -1,6 +1,6 @@
 //! Remote caches: where artifacts go beyond one machine. Each kind of server is one
-//! [`Storage`] in a file of its own: [`http`] (bazel-remote's HTTP layout, nginx
-//! WebDAV), [`folder`] (a shared folder), and [`layered`] puts the local store in
+//! [`Storage`] in a file of its own: `http` (bazel-remote's HTTP layout, nginx
+//! WebDAV), `folder` (a shared folder), and [`layered`] puts the local store in
 //! front of any of them. [`Remote`] is an opened one with what the project says it may
 //! do (trusted, read-only); [`transfer`] copies blobs and entries between two storages
 //! (`kart fetch`, `kart push`, the build's `--push`).
@@ -11,134 +11,23 @@
 //! answer can make kart write outside its store. Failures worth another try are retried
 //! with backoff within a time bound; the first timeout gives the remote up for the rest
 //! of the run, so a silent server costs one timeout, not one per artifact
-//! ([`guard`]).
+//! (`guard`).
 
+mod check;
 mod folder;
 mod guard;
 mod http;
 pub mod layered;
+mod settings;
 pub mod transfer;
 
-pub use http::{MIN_PROGRESS_BYTES, Timeouts};
+pub use settings::{
+    MIN_PROGRESS_BYTES, REMOTE_ENV, RemoteSettings, TOKEN_ENV, TOKEN_URL_ENV, Timeouts,
+    strip_credentials, token_allowed,
+};
 
-use std::time::Duration;
-
-use crate::digest::{is_sha256_hex, sha256_hex};
-use crate::error::{Error, RemoteFailure, Result};
+use crate::error::{Error, Result};
 use crate::store::{ActionEntry, Storage};
-
-/// The environment variable holding the remote's URL (overrides kart.toml).
-pub const REMOTE_ENV: &str = "KART_REMOTE";
-
-/// The environment variable holding the bearer token.
-pub const TOKEN_ENV: &str = "KART_REMOTE_TOKEN";
-
-/// Names the one remote URL `KART_REMOTE_TOKEN` is for, when that URL is kart.toml's
-/// rather than one given with the token through `--remote` or `KART_REMOTE`.
-pub const TOKEN_URL_ENV: &str = "KART_REMOTE_TOKEN_URL";
-
-/// Whether the token may go to `url`, and if not, why (for a warning). The token was
-/// handed to kart for one server: it goes to the URL given with it (`given`: from
-/// `--remote` or `KART_REMOTE`) or the one `KART_REMOTE_TOKEN_URL` names, never to a
-/// URL that only a project's kart.toml names (a cloned repository chooses that), and
-/// never in clear text (plain `http`) except to this machine.
-pub fn token_allowed(
-    url: &str,
-    given: Option<&str>,
-    token_url: Option<&str>,
-) -> Result<(), String> {
-    let same = |other: &str| other.trim_end_matches('/') == url.trim_end_matches('/');
-    if !given.is_some_and(same) && !token_url.is_some_and(same) {
-        return Err(format!(
-            "{TOKEN_ENV} is not sent to {}: that URL comes from kart.toml, and the token is only \
-             for the URL given with it (--remote, {REMOTE_ENV}) or named by {TOKEN_URL_ENV}",
-            strip_credentials(url)
-        ));
-    }
-    let parsed = reqwest::Url::parse(url).map_err(|e| e.to_string())?;
-    let host = parsed.host_str().unwrap_or("");
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    let loopback = host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback());
-    if parsed.scheme() == "http" && !loopback {
-        return Err(format!(
-            "{TOKEN_ENV} is not sent to {}: plain http would show it to the network; use https",
-            strip_credentials(url)
-        ));
-    }
-    Ok(())
-}
-
-#[cfg(test)]
-mod token_tests {
-    use super::token_allowed;
-
-    #[test]
-    fn the_token_goes_only_where_it_was_given() {
-        let local = "http://127.0.0.1:9/kart";
-        assert!(token_allowed(local, Some(local), None).is_ok());
-        assert!(token_allowed(local, Some("http://127.0.0.1:9/kart/"), None).is_ok());
-        // Only kart.toml names it: not sent, unless KART_REMOTE_TOKEN_URL does.
-        assert!(token_allowed(local, None, None).is_err());
-        assert!(token_allowed(local, None, Some(local)).is_ok());
-        assert!(token_allowed(local, Some("http://127.0.0.1:10/kart"), None).is_err());
-        // Clear text only to this machine.
-        let far = "http://cache.example:8080/kart";
-        assert!(token_allowed(far, Some(far), None).is_err());
-        let tls = "https://cache.example/kart";
-        assert!(token_allowed(tls, Some(tls), None).is_ok());
-        assert!(token_allowed("http://[::1]:9/k", Some("http://[::1]:9/k"), None).is_ok());
-        assert!(token_allowed("http://localhost:9/k", Some("http://localhost:9/k"), None).is_ok());
-    }
-}
-
-/// Action entries carry nvcc's stderr and the key's preimage, but never this much.
-const MAX_ENTRY_BYTES: u64 = 8 << 20;
-
-/// Blobs whose size is not known in advance are refused above this.
-const MAX_BLOB_BYTES: u64 = 1 << 30;
-
-/// How to reach a remote and what it may do.
-#[derive(Clone, Debug)]
-pub struct RemoteSettings {
-    /// `http://…`, `https://…`, `file://…`, `s3://…` or `grpc://…`.
-    pub url: String,
-    /// Whether its action entries may stand in for compiling.
-    pub trusted: bool,
-    /// Never write to it.
-    pub read_only: bool,
-    /// The clocks of each request.
-    pub timeouts: Timeouts,
-    /// Retries after the first attempt, for connection errors, broken transfers and
-    /// 5xx (never for a timeout: that gives the remote up for the run).
-    pub retries: u32,
-    /// No retry starts this long after a request's first attempt.
-    pub give_up_after: Duration,
-    /// Parallel transfers (also the connection pool's size).
-    pub jobs: usize,
-    /// The most time one run spends on this remote: past it, the remote is given up
-    /// like one that timed out.
-    pub budget: Duration,
-}
-
-impl RemoteSettings {
-    /// Settings for `url` with the defaults: untrusted, writable, the default
-    /// [`Timeouts`], 5 retries within 30 s, 16 transfers.
-    pub fn new(url: impl Into<String>) -> RemoteSettings {
-        RemoteSettings {
-            url: url.into(),
-            trusted: false,
-            read_only: false,
-            timeouts: Timeouts::default(),
-            retries: 5,
-            give_up_after: Duration::from_secs(30),
-            jobs: 16,
-            budget: Duration::from_secs(600),
-        }
-    }
-}
 
 /// An opened remote cache: one [`Storage`] and what this run may do with it.
 pub struct Remote {
@@ -243,93 +132,6 @@ impl Storage for Remote {
     }
 }
 
-/// Checks bytes a remote sent at `url` as blob `digest`: exactly `size` bytes where the
-/// size is known (the lock's), and hashing to `digest`. A mismatch is an error, and the
-/// caller drops the bytes.
-fn check_blob(url: &str, digest: &str, size: Option<u64>, bytes: &[u8]) -> Result<()> {
-    let corrupt = |message: String| {
-        Error::Remote {
-        url: url.to_string(),
-        message,
-        failure: RemoteFailure::Corrupt,
-        hint: Some(
-            "nothing was stored; remove the blob from the remote (its disk or cache may be damaged) and push it again".into(),
-        ),
-    }
-    };
-    if let Some(size) = size
-        && bytes.len() as u64 != size
-    {
-        return Err(corrupt(format!(
-            "sent {} bytes for blob {digest}, which kart.lock says has {size}",
-            bytes.len()
-        )));
-    }
-    let actual = sha256_hex(bytes);
-    if actual != digest {
-        return Err(corrupt(format!(
-            "sent bytes hashing to {actual} for blob {digest}"
-        )));
-    }
-    Ok(())
-}
-
-/// Parses and validates an action entry a remote sent at `url` for `key`; `Ok(None)` for
-/// an entry of another format version (a miss).
-fn parse_entry(url: &str, key: &str, bytes: &[u8]) -> Result<Option<ActionEntry>> {
-    ActionEntry::parse(bytes, key).map_err(|message| Error::Remote {
-        url: url.to_string(),
-        message: format!("invalid action entry: {message}"),
-        failure: RemoteFailure::Corrupt,
-        hint: Some("ignored; the artifact is compiled locally".into()),
-    })
-}
-
-/// An action entry as remotes keep it (JSON).
-fn encode_entry(url: &str, entry: &ActionEntry) -> Result<Vec<u8>> {
-    serde_json::to_vec_pretty(entry).map_err(|e| Error::Remote {
-        url: url.to_string(),
-        message: format!("cannot encode entry: {e}"),
-        failure: RemoteFailure::Refused,
-        hint: None,
-    })
-}
-
-/// A digest or key that is safe to use as a file or URL path segment.
-fn checked_name(name: &str) -> Result<&str> {
-    if is_sha256_hex(name) {
-        Ok(name)
-    } else {
-        Err(Error::usage(
-            format!("`{name}` is not a sha256 digest (64 lower-case hex digits)"),
-            None,
-        ))
-    }
-}
-
-fn too_large(shown: &str, limit: u64) -> Error {
-    Error::Remote {
-        url: shown.to_string(),
-        message: format!("sent more than the {limit} bytes expected"),
-        failure: RemoteFailure::Corrupt,
-        hint: Some("nothing was stored".into()),
-    }
-}
-
-/// `url` without user, password, query or fragment.
-pub fn strip_credentials(url: &str) -> String {
-    match reqwest::Url::parse(url) {
-        Ok(mut u) => {
-            let _ = u.set_username("");
-            let _ = u.set_password(None);
-            u.set_query(None);
-            u.set_fragment(None);
-            u.as_str().trim_end_matches('/').to_string()
-        }
-        Err(_) => "<unparsable URL>".into(),
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -367,7 +169,7 @@ mod tests {
         let mut settings = RemoteSettings::new(format!("file://{}", dir.path().display()));
         settings.read_only = true;
         let remote = Remote::open(&settings, None).unwrap();
-        let digest = sha256_hex(b"x");
+        let digest = crate::digest::sha256_hex(b"x");
         let err = remote.put_blob(&digest, b"x").unwrap_err();
         assert!(err.to_string().contains("read-only"), "{err}");
         assert!(!dir.path().join("cas").exists());

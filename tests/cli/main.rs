@@ -555,9 +555,9 @@ fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
     let check = std::process::Command::new("python3")
         .arg(repo.join("tests/python/check_export.py"))
         .arg(&module)
-        .arg(repo.join("tests/data/resolution.json"))
+        .arg(repo.join("crates/kart-runtime/tests/data/resolution.json"))
         .arg(p.root().join("kart.lock"))
-        .arg(repo.join("tests/data/expr.json"))
+        .arg(repo.join("crates/kart-runtime/tests/data/expr.json"))
         .output()
         .unwrap();
     assert!(check.status.success(), "{}", text(&check));

@@ -11,12 +11,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use kart::model::{Config, ParamValue};
-use kart::pipeline::{BuildOptions, Workspace, build};
+use kart::pipeline::{BuildOptions, build};
 use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
 use kart::store::sidecar::Sidecar as _;
+use kart::workspace::Workspace;
 
 type TestResult = Result<(), String>;
 

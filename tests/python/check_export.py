@@ -1,7 +1,7 @@
 """Checks a module written by `kart export --python` without a GPU (standard library
 only). Run by the Rust test `exports_a_python_module...` in tests/cli:
 
-    python3 tests/python/check_export.py MODULE.py tests/data/resolution.json kart.lock tests/data/expr.json
+    python3 tests/python/check_export.py MODULE.py crates/kart-runtime/tests/data/resolution.json kart.lock crates/kart-runtime/tests/data/expr.json
 
 It imports the module, runs the resolver and the expression evaluator over the shared
 tables of cases (the same ones kart's own tests use), computes [launch] geometry, and checks

@@ -7,7 +7,7 @@
 //!
 //! Parsed once; every node keeps its byte span in the source text, so errors point at
 //! a column. The exported Python module carries an evaluator with the same rules; the
-//! table `tests/data/expr.json` is checked by both.
+//! table `crates/kart-runtime/tests/data/expr.json` is checked by both.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -127,7 +127,7 @@ pub enum ExprErrorKind {
 }
 
 impl ExprErrorKind {
-    /// The kind's name in `tests/data/expr.json`.
+    /// The kind's name in `crates/kart-runtime/tests/data/expr.json`.
     pub fn name(self) -> &'static str {
         match self {
             ExprErrorKind::Syntax => "syntax",
@@ -632,7 +632,7 @@ impl Parser {
 mod tests {
     use super::*;
 
-    /// One case of `tests/data/expr.json`.
+    /// One case of `crates/kart-runtime/tests/data/expr.json`.
     #[derive(serde::Deserialize)]
     struct Case {
         expr: String,
@@ -658,7 +658,7 @@ mod tests {
     #[test]
     fn the_shared_table_of_cases() {
         let cases: Vec<Case> =
-            serde_json::from_str(include_str!("../../../tests/data/expr.json")).unwrap();
+            serde_json::from_str(include_str!("../tests/data/expr.json")).unwrap();
         assert!(cases.len() >= 40);
         for c in cases {
             let got = Expr::parse(&c.expr).and_then(|e| e.evaluate(&JsonEnv(c.env.clone())));

@@ -1,6 +1,6 @@
 //! Which artifact a device can run: the resolution rules and the driver floor. Pure
-//! functions, tested against the table in `tests/data/resolution.json` (which the
-//! Python loader's tests reuse).
+//! functions, tested against the table in this crate's `tests/data/resolution.json`
+//! (which the Python loader's tests reuse).
 
 use crate::model::ArtifactKind;
 use crate::target::{ArchVariant, TargetArch};
@@ -145,7 +145,7 @@ mod tests {
     #[test]
     fn resolution_table() {
         let cases: Vec<Case> =
-            serde_json::from_str(include_str!("../../../tests/data/resolution.json")).unwrap();
+            serde_json::from_str(include_str!("../tests/data/resolution.json")).unwrap();
         assert!(cases.len() >= 15);
         for c in cases {
             let (major, minor) = c.device.split_once('.').unwrap();

@@ -9,11 +9,12 @@ use std::time::{Duration, Instant};
 
 use kart::model::ArtifactKind;
 use kart::model::Config;
-use kart::pipeline::{BuildOptions, Workspace, build};
+use kart::pipeline::{BuildOptions, build};
 use kart::pool::Silent;
 use kart::project::Project;
 use kart::runtime::{Gpu, Runtime};
 use kart::store::LockMode;
+use kart::workspace::Workspace;
 
 const BIG_CU: &str = r#"
 // A deliberately large kernel: a long unrolled chain of math per element.

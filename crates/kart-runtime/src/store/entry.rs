@@ -131,7 +131,7 @@ mod tests {
 
     #[test]
     fn format_2_entries_are_read_newer_and_older_ones_are_misses() {
-        let corpus = include_str!("../../../../tests/corpus/action-entry.json");
+        let corpus = include_str!("../../tests/data/action-entry.json");
         let two = ActionEntry::parse(corpus.as_bytes(), KEY).unwrap().unwrap();
         assert_eq!((two.format, two.compile_ms), (2, None));
         let mut value: serde_json::Value = serde_json::from_str(corpus).unwrap();

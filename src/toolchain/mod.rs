@@ -5,7 +5,10 @@
 //! so it is cached per install, keyed by the size and mtime of each hashed file and of
 //! every folder under `include/` (a reinstalled header wheel replaces files, which
 //! changes its folders' mtimes). A cache hit runs no process at all: a no-op build
-//! must not pay for `nvcc --version`.
+//! must not pay for `nvcc --version`. [`library`] pins the header libraries a project
+//! names to their installed copies.
+
+pub mod library;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -50,7 +53,7 @@ pub struct Toolchain {
     pub packages: Vec<String>,
     /// The header libraries of `kart.toml`, pinned.
     #[serde(skip)]
-    pub libraries: std::collections::BTreeMap<String, crate::pipeline::library::LibraryPin>,
+    pub libraries: std::collections::BTreeMap<String, crate::toolchain::library::LibraryPin>,
     /// The header libraries of `kart.toml` that could not be pinned (not installed, or
     /// their content changed), with the error's message and hint: a library is needed
     /// only by the kernels that list it, so this fails only their builds.

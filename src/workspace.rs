@@ -5,10 +5,10 @@ use std::path::Path;
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::pipeline::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
 use crate::project::Project;
 use crate::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use crate::store::{Checked, LockMode, Store};
+use crate::toolchain::{Toolchain, find_nvcc, refuse_hostile_env};
 
 /// A project with its store and toolchain, ready for any command.
 pub struct Workspace {
@@ -41,11 +41,11 @@ impl Workspace {
         let cache = self.store.toolchain_cache_dir();
         let mut toolchain = Toolchain::load(&path, &cache)?;
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
-        crate::pipeline::library::check_components(&toolchain.root, &self.project.components)?;
+        crate::toolchain::library::check_components(&toolchain.root, &self.project.components)?;
         toolchain.packages = self.project.components.clone();
         let home = crate::install::Home::from_env().ok();
         for (name, library) in &self.project.libraries {
-            match crate::pipeline::library::pin(&self.project.root, library, &cache, home.as_ref())
+            match crate::toolchain::library::pin(&self.project.root, library, &cache, home.as_ref())
             {
                 Ok(pin) => {
                     toolchain.libraries.insert(name.clone(), pin);

@@ -19,7 +19,7 @@ use std::time::Duration;
 use crate::model::ArtifactKind;
 use crate::pipeline::compile::{
     CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, check_dependencies, finish, frame,
-    nvcc_args, parse_depfile,
+    nvcc_args, parse_depfile, without_scratch,
 };
 use crate::pipeline::phases;
 use crate::pipeline::process::run_with_timeout;
@@ -68,6 +68,31 @@ pub fn available_memory() -> Option<u64> {
     Some(kib * 1024)
 }
 
+/// Why a batch produced no per-config results.
+#[derive(Debug)]
+pub enum BatchFailure {
+    /// The batch could not run as one (a config's instantiation failed, a check of
+    /// the shared pass failed): each config is compiled alone, so each failure is
+    /// reported with its own config and nvcc's message.
+    Retry(String),
+    /// nvcc failed in a source every config shares (nothing names an instance): every
+    /// config fails with this one failure, and compiling each alone would only repeat
+    /// it.
+    Shared(CompileFailure),
+}
+
+impl From<String> for BatchFailure {
+    fn from(why: String) -> BatchFailure {
+        BatchFailure::Retry(why)
+    }
+}
+
+impl From<&str> for BatchFailure {
+    fn from(why: &str) -> BatchFailure {
+        BatchFailure::Retry(why.to_string())
+    }
+}
+
 /// Compiles `jobs` (all of one [`batch_key`]) with one nvcc front-end pass in
 /// `scratch`. An error (why) when the batch cannot be compiled as one (nvcc failed or
 /// timed out on some config): the caller compiles each config alone, so each failure
@@ -75,7 +100,7 @@ pub fn available_memory() -> Option<u64> {
 pub fn compile_batch(
     jobs: &[CompileJob<'_>],
     scratch: &Path,
-) -> Result<Vec<Result<CompileOutput, CompileFailure>>, String> {
+) -> Result<Vec<Result<CompileOutput, CompileFailure>>, BatchFailure> {
     let first = jobs.first().ok_or("an empty batch")?;
     let batch_instances = jobs
         .iter()
@@ -113,15 +138,34 @@ pub fn compile_batch(
     let outcome =
         run_with_timeout(&mut cmd, timeout).map_err(|e| format!("cannot run nvcc: {e}"))?;
     if outcome.timed_out {
-        return Err(format!("nvcc timed out after {} s", timeout.as_secs()));
+        return Err(format!("nvcc timed out after {} s", timeout.as_secs()).into());
     }
     if !outcome.status.is_some_and(|s| s.success()) {
-        let first_error = (outcome.stderr.clone() + &outcome.stdout)
+        let output = without_scratch(&(outcome.stderr.clone() + &outcome.stdout), scratch);
+        // An error in a line of a source every config includes (a syntax error) names
+        // no instance: "detected during instantiation … kart_instances.cu" is absent.
+        let names_an_instance = output
+            .lines()
+            .any(|l| l.contains(INSTANCES_FILE) && !l.contains("detected in the compilation of"));
+        if !names_an_instance && output.contains("error") {
+            let shown = without_scratch(&format!("nvcc {}", args.join(" ")), scratch);
+            let failure = CompileFailure {
+                summary: format!(
+                    "nvcc failed in a source all {} configs of the batch share",
+                    jobs.len()
+                ),
+                details: frame(&shown, &output),
+                disk_full: false,
+                group: output.clone(),
+            };
+            return Err(BatchFailure::Shared(failure));
+        }
+        let first_error = output
             .lines()
             .find(|l| l.contains("error"))
             .unwrap_or("no message")
             .to_string();
-        return Err(format!("nvcc failed: {first_error}"));
+        return Err(format!("nvcc failed: {first_error}").into());
     }
     let mut read = parse_depfile(&std::fs::read_to_string(&deps).unwrap_or_default());
     read.retain(|d| *d != main);

@@ -52,7 +52,7 @@ pub struct CompileOutput {
 
 /// Why a compile produced no artifact. The message is complete (command, framed
 /// stderr, what to do), ready to show.
-#[derive(Debug)]
+#[derive(Clone, Debug)]
 pub struct CompileFailure {
     /// One line: what failed.
     pub summary: String,
@@ -222,7 +222,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         })?;
     }
     let mut args = nvcc_args(job, &main, &out, &deps).map_err(key_input_failure)?;
-    let shown = format!("nvcc {}", args.join(" "));
+    let shown = without_scratch(&format!("nvcc {}", args.join(" ")), scratch);
     crate::pipeline::phases::add_time_arg(
         &mut args,
         crate::pipeline::phases::table(&job.kernel.name, 1).as_deref(),
@@ -235,7 +235,7 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         disk_full: false,
         group: String::new(),
     })?;
-    let stderr = outcome.stderr.clone() + &outcome.stdout;
+    let stderr = without_scratch(&(outcome.stderr.clone() + &outcome.stdout), scratch);
     if outcome.timed_out {
         return Err(CompileFailure {
             summary: format!(
@@ -479,7 +479,8 @@ pub(crate) fn signature_fits(job: &CompileJob<'_>, bytes: &[u8], name: &str, sym
         })
 }
 
-/// Frames a command's output so it stands apart from kart's own messages.
+/// Frames a command's output so it stands apart from kart's own messages. Output that
+/// names the unit kart generated says what that file is, since it is gone by now.
 pub(crate) fn frame(command: &str, output: &str) -> String {
     let mut s = format!("  ┌─ {command}\n");
     for line in output.trim_end().lines() {
@@ -488,7 +489,21 @@ pub(crate) fn frame(command: &str, output: &str) -> String {
         s.push('\n');
     }
     s.push_str("  └─");
+    if output.contains(INSTANCES_FILE) {
+        s.push_str(&format!(
+            "\n  ({INSTANCES_FILE} is the unit kart writes to instantiate the template entries; `kart build --keep-temps` keeps it)"
+        ));
+    }
     s
+}
+
+/// `text` (a command line, nvcc's output) with the private scratch folder's path taken
+/// out: the files in it are named by their own names. Two configs that fail alike then
+/// print alike (and are shown once), and no message points at a folder already removed.
+pub(crate) fn without_scratch(text: &str, scratch: &Path) -> String {
+    let folder = scratch.display().to_string();
+    text.replace(&format!("{folder}/"), "")
+        .replace(&folder, ".")
 }
 
 /// The prerequisites listed in a make-style dependency file.

@@ -502,7 +502,10 @@ fn compile_batch_or_each(
                 }
                 return out;
             }
-            Err(why) => reporter.note(&format!(
+            Err(batch::BatchFailure::Shared(failure)) => {
+                return batch.iter().map(|_| Some(Err(failure.clone()))).collect();
+            }
+            Err(batch::BatchFailure::Retry(why)) => reporter.note(&format!(
                 "a batch of {} configs of `{}` is compiled config by config: {why}",
                 batch.len(),
                 ws.project.kernels[batch[0].kernel].name

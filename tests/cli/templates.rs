@@ -175,6 +175,30 @@ fn a_wrong_entry_expression_says_what_and_where() {
     assert!(all.contains("nvcc failed") && all.contains("fil"), "{all}");
 }
 
+/// A syntax error in the source every config of a template kernel shares fails the
+/// batch once: nvcc's message is printed once, the configs are not compiled again one by
+/// one for the same error, and no message names the build's scratch folder.
+#[test]
+fn a_syntax_error_shared_by_six_configs_is_printed_once_without_temp_paths() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/tile/tile.cu",
+        "template <int BM, int BN>\n__global__ void tile(float *x) {\n  int i = threadIdx.x\n  x[i] = BM * BN;\n}\n",
+    );
+    p.write(
+        "kernels/tile/kernel.toml",
+        "name = \"tile\"\nsources = [\"tile.cu\"]\nentry = [\"tile<BM, BN>\"]\n[params]\nBM = [32, 64, 128]\nBN = [1, 2]\n",
+    );
+    let out = p.kart(&["build", "--batch", "6", "-j", "1"]);
+    assert!(!out.status.success());
+    let all = text(&out);
+    assert_eq!(all.matches("expected a \";\"").count(), 1, "{all}");
+    assert!(!all.contains("tmp-kart"), "{all}");
+    assert!(!all.contains("config by config"), "{all}");
+    assert_eq!(all.matches("the same error as").count(), 5, "{all}");
+    assert!(all.contains("kernels/tile/tile.cu(4)"), "{all}");
+}
+
 /// A derived param the source computes itself (as a public warp-tiled SGEMM declares
 /// `constexpr uint WMITER = …`) is not passed as `-DWMITER=…` under `param_macros =
 /// "auto"`; a derived param the source only uses (as the repository's sgemm uses

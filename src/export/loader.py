@@ -1038,10 +1038,11 @@ class Launcher:
                                                    ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
                f"cuLaunchKernel({self._name})")
 
-    def dims(self, **problem):
+    def dims(self, problem=None, **named):
         """(grid, block, shared_mem) that the kernel's [launch] computes for this config
-        and `problem` (named ints: B=8, H=16, S=512, ...), on GPU 0 (for `SMS`)."""
-        return _geometry(self.kernel, self._env, problem)
+        and a problem of named ints, on GPU 0 (for `SMS`): `problem=dict(B=8, S=512)` as
+        `launch` and `best` take it, or the same as keywords (`B=8, S=512`)."""
+        return _geometry(self.kernel, self._env, {**(problem or {}), **named})
 
     def launch(self, *args, problem, stream=None, device=0):
         """Launch with the geometry [launch] computes for `problem` (a dict of named
@@ -1153,7 +1154,7 @@ def launch(kernel, *args, problem, stream=None, device=0, **config):
     """One line for the common case: the tuned config for `problem` (as `best()`), or
     the one named by `config`, launched with the geometry of the kernel's [launch].
     `problem` is a dict of named ints (B=8, H=16, S=512, D=64, causal=0)."""
-    launcher = load(kernel, **config) if config else best(kernel, device=device, **problem)
+    launcher = load(kernel, **config) if config else best(kernel, device=device, problem=problem)
     launcher.launch(*args, problem=problem, stream=stream, device=device)
     return launcher
 
@@ -1250,7 +1251,11 @@ def kernels():
 
 def load(kernel, entry=None, **config):
     """The launcher of `kernel`'s `entry` (default: its only or first entry) for the
-    exported config with these params (all of them)."""
+    exported config with these params; params not given are taken from the kernel's
+    `default` in its kernel.toml, where it has one."""
+    default = (_TUNE_SPEC.get(kernel) or {}).get("default") or {}
+    if default and set(config) != set(default):
+        config = {**default, **config}
     matching = [a for a in _ARTIFACTS if a["kernel"] == kernel and a["config"] == config]
     if not matching:
         known = kernels()
@@ -1314,7 +1319,7 @@ def _family(kernel):
     return [kernel] + sorted(k for k, spec in _TUNE_SPEC.items() if spec.get("variant_of") == kernel)
 
 
-def best(kernel, device=0, gpu=None, capability=None, **problem):
+def best(kernel, device=0, gpu=None, capability=None, problem=None, **named):
     """The launcher of the tuned config for `problem` (named ints, e.g. B=32, H=32,
     S=512, D=64, causal=0) on this GPU, from the tuning records embedded at export: the
     record for this problem, else the nearest one (same exact keys, e.g. D and causal;
@@ -1324,7 +1329,9 @@ def best(kernel, device=0, gpu=None, capability=None, **problem):
     default is the one whose cubin this GPU prefers (an exact `sm_90a` before `sm_90` on
     9.0). Nothing is timed; a repeated problem is a dictionary hit (memoized per
     `device` argument, whose GPU name is read once). `gpu` and `capability` ((major,
-    minor)) override the GPU's (tests)."""
+    minor)) override the GPU's (tests). The problem comes as `problem=dict(...)`, as
+    `launch` and `dims` take it, or as keywords."""
+    problem = {**problem, **named} if problem is not None else named
     # Keyed in the caller's order of keywords (one call site keeps it): the same
     # problem spelled in another order is only another key with the same answer.
     key = (kernel, device, gpu, capability, *problem.items())

@@ -114,6 +114,7 @@ pub fn select<'a>(
             chosen.extend(more);
         }
     }
+    let mut undecided: Vec<(String, usize)> = Vec::new();
     for selector in &selectors {
         let of_kernel: Vec<&LockedArtifact> = lock
             .artifacts
@@ -165,17 +166,9 @@ pub fn select<'a>(
                     configs.into_iter().filter(|c| tuned.contains(c)).collect()
                 }
                 None => {
-                    return Err(Error::usage(
-                        format!(
-                            "`{}` has {} configs and no `default` in its kernel.toml: which ones?",
-                            selector.kernel,
-                            configs.len()
-                        ),
-                        Some(format!(
-                            "name them (`{}:NAME=VALUE,…`), pass --all-configs, or declare `default = {{ … }}`",
-                            selector.kernel
-                        )),
-                    ));
+                    // Every such kernel is named at once, after the loop.
+                    undecided.push((selector.kernel.clone(), configs.len()));
+                    continue;
                 }
             }
         };
@@ -213,6 +206,22 @@ pub fn select<'a>(
                 )),
             ));
         }
+    }
+    if !undecided.is_empty() {
+        let named: Vec<String> = undecided
+            .iter()
+            .map(|(kernel, n)| format!("`{kernel}` ({n} configs)"))
+            .collect();
+        return Err(Error::usage(
+            format!(
+                "{} kernel(s) without a `default` in kernel.toml and without tuning records, so which configs to export is not said: {}",
+                undecided.len(),
+                named.join(", ")
+            ),
+            Some(
+                "name the configs (`KERNEL:NAME=VALUE,…`), pass --all-configs, or declare `default = { … }` in each kernel.toml".into(),
+            ),
+        ));
     }
     chosen.sort_by(|a, b| a.id().cmp(&b.id()));
     chosen.dedup_by(|a, b| a.id() == b.id());

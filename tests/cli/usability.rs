@@ -217,3 +217,21 @@ fn doctor_counts_the_locks_missing_blobs_and_says_what_to_run() {
         "{out}"
     );
 }
+
+/// `kart export` of kernels that have several configs and no `default` names every such
+/// kernel in one error, not the first one only.
+#[test]
+fn export_names_every_kernel_without_a_default_at_once() {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("first", "out[0] = V;", "[params]\nV = [1, 2]\n");
+    p.kernel("second", "out[0] = W;", "[params]\nW = [3, 4]\n");
+    p.ok(&["build"]);
+    let out = p.kart(&["export", "--python", "-o", "k.py"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("`first` (2 configs)") && err.contains("`second` (2 configs)"),
+        "{err}"
+    );
+    assert!(!p.root().join("k.py").exists());
+}

@@ -89,6 +89,9 @@ def main(module_path, cases_path, lock_path, expr_path):
     dims = launcher.dims(N=100)
     check("[launch] geometry from the config, a derived param and the problem",
           dims == ((7, 2, 1), (16, 1, 1), 64), dims)
+    check("dims() takes the problem as launch() does", launcher.dims(problem=dict(N=100)) == dims)
+    check("best() takes the problem as launch() does",
+          mod.best("grid", gpu="NVIDIA H200", problem=dict(N=4096)).config == {"A": 1, "B": 16})
     try:
         launcher.dims(M=100)
         check("a problem lacking a key is refused", False)
@@ -115,11 +118,18 @@ def main(module_path, cases_path, lock_path, expr_path):
     except mod.KartError as e:
         check("an unexported config is refused, naming what exists", "exported: A=1,B=16" in str(e), e)
         check("the export command it suggests writes a file", "kart export --python -o " in str(e), e)
+    filled = mod.load("grid", A=1)
+    check("a partial config is filled from the kernel's default", filled.config == {"A": 1, "B": 16}, filled.config)
+    saved_spec = mod._TUNE_SPEC["grid"]
+    mod._TUNE_SPEC["grid"] = {**saved_spec, "default": {}}
     try:
         mod.load("grid", A=1)
-        check("a partial config is refused", False)
+        check("a partial config without a default is refused", False)
     except mod.KartError as e:
-        check("a partial config is refused, naming every param", "takes every param of grid (A, B)" in str(e), e)
+        check("a partial config without a default is refused, naming every param",
+              "takes every param of grid (A, B)" in str(e), e)
+    finally:
+        mod._TUNE_SPEC["grid"] = saved_spec
     for args, error, what in [
         ((1 << 40,), TypeError, "the wrong number of arguments"),
         ((object(), 7), TypeError, "an object for a pointer"),

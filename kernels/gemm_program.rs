@@ -26,6 +26,37 @@ pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 /// (M, N, K).
 pub type Shape = (usize, usize, usize);
 
+/// Compares `out` (M×N, row-major) with `reference(i, j)`, each element computed in
+/// float64: the relative error ‖C − ref‖ / ‖ref‖ when it is under `limit`, else why not
+/// (an element never written, read back as the NaN the output was poisoned with, is
+/// named first).
+#[allow(dead_code, reason = "dual_gemm_silu compares its FP8 output element by element")]
+pub fn relative_error(
+    out: &[f32],
+    (m, n): (usize, usize),
+    limit: f64,
+    reference: impl Fn(usize, usize) -> f64,
+) -> Result<f64, String> {
+    let (mut diff, mut norm) = (0f64, 0f64);
+    for i in 0..m {
+        for j in 0..n {
+            let want = reference(i, j);
+            let got = f64::from(out[i * n + j]);
+            if !got.is_finite() {
+                return Err(format!("C[{i}][{j}] is {got} (never written, or NaN)"));
+            }
+            diff += (got - want) * (got - want);
+            norm += want * want;
+        }
+    }
+    let rel = (diff / norm.max(1e-30)).sqrt();
+    if rel < limit {
+        Ok(rel)
+    } else {
+        Err(format!("relative error {rel:.2e}"))
+    }
+}
+
 /// One kernel's part of the program.
 pub trait Gemm {
     /// The device buffers of one problem's inputs and output.

@@ -21,7 +21,7 @@ use kart::runtime::{Gpu, KernelArg, LoadedArtifact};
 
 #[path = "../gemm_program.rs"]
 mod program;
-use program::{Gemm, Res, Shape, param, problem, shape};
+use program::{Gemm, Res, Shape, param, problem, relative_error, shape};
 
 const ENTRY: &str = "cute_gemm";
 
@@ -118,26 +118,11 @@ fn check_once(
     };
     launch(loaded, &stream, &mut bufs, &problem(m, n, k))?;
     let out = stream.clone_dtoh(&bufs.c)?;
-    let (mut diff, mut norm) = (0f64, 0f64);
-    for i in 0..m {
-        for j in 0..n {
-            let want: f64 = (0..k)
-                .map(|t| f64::from(a[i * k + t]) * f64::from(b[j * k + t]))
-                .sum();
-            let got = f64::from(out[i * n + j]);
-            if !got.is_finite() {
-                return Ok(Err(format!("C[{i}][{j}] is {got} (never written, or NaN)")));
-            }
-            diff += (got - want) * (got - want);
-            norm += want * want;
-        }
-    }
-    let rel = (diff / norm.max(1e-30)).sqrt();
-    Ok(if rel < 1e-5 {
-        Ok(rel)
-    } else {
-        Err(format!("relative error {rel:.2e}"))
-    })
+    Ok(relative_error(&out, (m, n), 1e-5, |i, j| {
+        (0..k)
+            .map(|t| f64::from(a[i * k + t]) * f64::from(b[j * k + t]))
+            .sum()
+    }))
 }
 
 /// This kernel's part of the program; its check shapes have tails in M, N and K (K a

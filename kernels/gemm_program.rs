@@ -30,7 +30,10 @@ pub type Shape = (usize, usize, usize);
 /// float64: the relative error ‖C − ref‖ / ‖ref‖ when it is under `limit`, else why not
 /// (an element never written, read back as the NaN the output was poisoned with, is
 /// named first).
-#[allow(dead_code, reason = "dual_gemm_silu compares its FP8 output element by element")]
+#[allow(
+    dead_code,
+    reason = "dual_gemm_silu compares its FP8 output element by element"
+)]
 pub fn relative_error(
     out: &[f32],
     (m, n): (usize, usize),

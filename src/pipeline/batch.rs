@@ -245,8 +245,20 @@ pub fn compile_batch(
                 &job.target.to_string(),
                 run.elapsed,
             );
-            let stderr = run.stderr.clone() + &run.stdout;
+            let stderr = without_scratch(&(run.stderr.clone() + &run.stdout), scratch);
             if run.timed_out || !run.status.is_some_and(|s| s.success()) {
+                let shown = without_scratch(&shown, scratch);
+                // A resource limit is the config's, not the batch's: alone it fails the
+                // same way, so it is final.
+                if let Some(limit) = crate::pipeline::infeasible::limit(&stderr) {
+                    let target = job.target.to_string();
+                    return Err(CompileFailure {
+                        summary: limit.summary(&target),
+                        details: frame(&shown, &stderr),
+                        disk_full: false,
+                        group: limit.group(&target),
+                    });
+                }
                 return Err(fail(
                     "ptxas failed on the batch's PTX".into(),
                     frame(&shown, &stderr),

@@ -252,9 +252,13 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
             .status
             .map(|s| s.to_string())
             .unwrap_or_else(|| "killed".into());
+        let target = job.target.to_string();
         let (summary, group) = match entry_error(job, &instances, &stderr) {
             Some(summary) => (summary.clone(), summary),
-            None => (format!("nvcc failed ({status})"), String::new()),
+            None => match crate::pipeline::infeasible::limit(&stderr) {
+                Some(limit) => (limit.summary(&target), limit.group(&target)),
+                None => (format!("nvcc failed ({status})"), String::new()),
+            },
         };
         return Err(CompileFailure {
             summary,

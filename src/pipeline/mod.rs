@@ -4,6 +4,7 @@
 pub mod batch;
 pub mod compile;
 pub mod explain;
+mod infeasible;
 pub mod key;
 mod lock_write;
 mod locked;
@@ -335,7 +336,8 @@ fn compile_all(
                         stop.store(true, Ordering::Relaxed);
                     }
                     reporter.compiled(&name, Err(&failure));
-                    failed.push((name, failure.summary));
+                    let infeasible = failure.group.starts_with(infeasible::GROUP);
+                    failed.push((name, failure.summary, infeasible.then_some(*p)));
                 }
             }
         }
@@ -343,12 +345,14 @@ fn compile_all(
     });
     // One line per distinct error, with the artifacts it hit.
     let mut by_error: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut over_limits: Vec<&Planned> = Vec::new();
     let mut failed_count = 0;
-    for (name, summary) in outcomes.into_iter().flatten() {
+    for (name, summary, infeasible) in outcomes.into_iter().flatten() {
         failed_count += 1;
         by_error.entry(summary).or_default().push(name);
+        over_limits.extend(infeasible);
     }
-    let failures: Vec<String> = by_error
+    let mut failures: Vec<String> = by_error
         .into_iter()
         .map(|(summary, mut names)| {
             names.sort();
@@ -362,6 +366,7 @@ fn compile_all(
             }
         })
         .collect();
+    failures.extend(infeasible_rules(ws, &over_limits));
     let skipped = skipped.into_inner();
     if skipped > 0 {
         reporter.note(&format!(
@@ -369,6 +374,40 @@ fn compile_all(
         ));
     }
     (failed_count, failures)
+}
+
+/// For each kernel with configs over a resource limit, the `require` rule that excludes
+/// exactly those configs (on every target: a rule is over params), to add to its
+/// kernel.toml so the rest of the grid can be locked.
+fn infeasible_rules(ws: &Workspace, over: &[&Planned]) -> Vec<String> {
+    let mut by_kernel: std::collections::BTreeMap<
+        usize,
+        std::collections::BTreeSet<&crate::model::Config>,
+    > = Default::default();
+    for p in over {
+        by_kernel.entry(p.kernel).or_default().insert(&p.config);
+    }
+    by_kernel
+        .into_iter()
+        .filter_map(|(k, failing)| {
+            let kernel = &ws.project.kernels[k];
+            let all = kernel.configs().ok()?;
+            let all: Vec<&crate::model::Config> = all.iter().collect();
+            let rule = infeasible::require_rule(&all, &failing)?;
+            let list = if kernel.require.is_empty() {
+                format!("require = [{}]", serde_json::json!(rule))
+            } else {
+                format!("{} to its `require` list", serde_json::json!(rule))
+            };
+            Some(format!(
+                "  to lock the other {} configs of `{}`, add {list} to {} (it excludes exactly the {} over the limit)",
+                all.len() - failing.len(),
+                kernel.name,
+                kernel.manifest.display(),
+                failing.len()
+            ))
+        })
+        .collect()
 }
 
 /// Milliseconds per config that each kernel of `jobs` took to compile last time: the
@@ -481,6 +520,8 @@ fn compile_batch_or_each(
                 for (p, result) in batch.iter().zip(results) {
                     out.push(Some(match result {
                         Ok(compiled) => store_output(ws, toolchain, p, compiled, host_compiler),
+                        // Over a resource limit: the same alone, so not compiled again.
+                        Err(why) if why.group.starts_with(infeasible::GROUP) => Err(why),
                         // Cut out of the batch but failing its checks: alone, it is
                         // reported with nvcc's own output (and kept with --keep-temps).
                         Err(why) => {

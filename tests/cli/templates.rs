@@ -481,3 +481,41 @@ fn an_overload_no_signature_decides_and_an_unrecordable_argument_are_errors() {
         text(&out)
     );
 }
+
+/// A grid whose corner needs more static shared memory than the target has: ptxas's
+/// reason is printed once for the three configs over the limit, the build fails, and it
+/// prints the `require` rule that excludes exactly those; with the rule, the rest locks.
+#[test]
+fn a_grid_corner_over_the_shared_memory_limit_is_reported_once_with_a_rule() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/big/big.cu",
+        r#"template <int ROWS, int COLS>
+__global__ void big(float *out) {
+  __shared__ float tile[ROWS * COLS];
+  tile[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = tile[(threadIdx.x + 1) % (ROWS * COLS)];
+}
+"#,
+    );
+    let toml = "name = \"big\"\nsources = [\"big.cu\"]\nentry = [\"big<ROWS, COLS>\"]\n[params]\nROWS = [8, 16, 32, 64]\nCOLS = [256, 512]\n";
+    p.write("kernels/big/kernel.toml", toml);
+    let out = p.kart(&["build", "-j", "1"]);
+    assert!(!out.status.success());
+    let all = text(&out);
+    assert!(all.matches("too much shared data").count() <= 1, "{all}");
+    assert!(all.contains("3 of 8 artifacts failed"), "{all}");
+    assert!(
+        all.contains(r#"add require = ["COLS * ROWS < 16384"] to kernels/big/kernel.toml"#),
+        "{all}"
+    );
+    assert!(!all.contains("compiled alone"), "{all}");
+    p.write(
+        "kernels/big/kernel.toml",
+        &toml.replace("[params]", "require = [\"COLS * ROWS < 16384\"]\n[params]"),
+    );
+    let out = p.kart(&["build"]);
+    assert!(out.status.success(), "{}", text(&out));
+    assert_eq!(p.read("kart.lock").matches("[[artifact]]").count(), 5);
+}

@@ -37,17 +37,48 @@ impl Workspace {
     /// Finds and fingerprints nvcc, and checks its release against `kart.toml`.
     pub fn toolchain(&self, nvcc: Option<&Path>) -> Result<Toolchain> {
         refuse_hostile_env()?;
-        let path = find_nvcc(nvcc, &self.project.root, self.installed_nvcc())?;
+        let home = crate::install::Home::from_env().ok();
+        let pins = crate::install::ToolchainPins::of(&self.project);
+        let installed = self.installed_nvcc();
+        let path = match find_nvcc(nvcc, &self.project.root, installed.clone()) {
+            Ok(path) => path,
+            Err(e) => {
+                let explicit =
+                    nvcc.is_some() || std::env::var_os("KART_NVCC").is_some_and(|v| !v.is_empty());
+                // nvcc was looked for everywhere and kart.toml pins a release kart
+                // installs: say what exactly is not installed.
+                return Err(match (&home, &pins) {
+                    (Some(home), Some(pins))
+                        if !explicit && installed.is_none() && pins.known().is_ok() =>
+                    {
+                        crate::install::not_installed(home, pins)
+                    }
+                    _ => e,
+                });
+            }
+        };
+        // The project uses its pinned install (directly, or through a link in
+        // `.toolchain/`): record it, so a gc elsewhere keeps it.
+        if let (Some(home), Some(pins)) = (&home, &pins)
+            && let Ok(folder) = home.toolchain_folder(pins)
+            && std::fs::canonicalize(&folder).is_ok_and(|f| path.starts_with(f))
+        {
+            crate::install::record_use(home, &folder, &self.project.root);
+        }
         let cache = self.store.toolchain_cache_dir();
         let mut toolchain = Toolchain::load(&path, &cache)?;
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
         crate::toolchain::library::check_components(&toolchain.root, &self.project.components)?;
         toolchain.packages = self.project.components.clone();
-        let home = crate::install::Home::from_env().ok();
         for (name, library) in &self.project.libraries {
             match crate::toolchain::library::pin(&self.project.root, library, &cache, home.as_ref())
             {
                 Ok(pin) => {
+                    if let Some(home) = &home
+                        && let Some(folder) = crate::install::installed_library(home, library)
+                    {
+                        crate::install::record_use(home, &folder, &self.project.root);
+                    }
                     toolchain.libraries.insert(name.clone(), pin);
                 }
                 // Needed only by the kernels that list it: kept for their builds.

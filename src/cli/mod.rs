@@ -364,7 +364,8 @@ pub enum ToolchainAction {
         #[arg(long)]
         json: bool,
     },
-    /// Every install in kart's home, with its size; `*` marks this project's.
+    /// Every install in kart's home: what it holds (components, library pin), its size,
+    /// and which projects used it last and when; `*` marks this project's.
     List {
         /// One JSON array on stdout.
         #[arg(long)]
@@ -376,10 +377,18 @@ pub enum ToolchainAction {
         /// `nvcc`, or the name of a `[library.NAME]` of kart.toml.
         what: Option<String>,
     },
-    /// Remove every install this project does not pin (other projects reinstall theirs
-    /// with `kart toolchain install`), and leftovers of interrupted installs.
+    /// Remove the installs no project has used for a while (--unused-for) and those
+    /// named, never the ones this project pins, and leftovers of interrupted installs.
+    /// A project uses an install when it resolves its toolchain (a build, doctor,
+    /// `toolchain install` or `toolchain path`).
     Gc {
-        /// Only say what would be removed.
+        /// Installs to remove whenever they were last used: folder names as `kart
+        /// toolchain list` shows them (`13.0-2d504bf03c2c877e`), or paths.
+        installs: Vec<String>,
+        /// Remove installs no project has used for this many days.
+        #[arg(long, value_name = "DAYS", default_value_t = 30)]
+        unused_for: u64,
+        /// Only say what would be removed, and why.
         #[arg(long)]
         dry_run: bool,
     },

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use indicatif::{ProgressBar, ProgressStyle};
 
 use kart::error::{Error, Result};
-use kart::install::{Home, InstallProgress, ToolchainPins};
+use kart::install::{GcPolicy, Home, InstallProgress, ToolchainPins};
 use kart::project::Project;
 use kart::project::library::{Library, LibrarySource};
 
@@ -16,7 +16,18 @@ pub fn run(cli: &Cli, project: &Project, action: &ToolchainAction) -> Result<Exi
     match action {
         ToolchainAction::Install { json } => install(cli, &home, project, *json),
         ToolchainAction::Path { what } => path(&home, project, what.as_deref()),
-        ToolchainAction::Gc { dry_run } => gc(cli, &home, project, *dry_run),
+        ToolchainAction::Gc {
+            installs,
+            unused_for,
+            dry_run,
+        } => {
+            let policy = GcPolicy {
+                keep: used_by(&home, Some(project)),
+                named: installs.clone(),
+                unused_for: unused_for.saturating_mul(86_400),
+            };
+            gc(cli, &home, &policy, *dry_run)
+        }
         ToolchainAction::List { .. } => Ok(ExitCode::SUCCESS),
     }
 }
@@ -93,6 +104,10 @@ fn install(cli: &Cli, home: &Home, project: &Project, json: bool) -> Result<Exit
     };
     let report = kart::install::install(home, pins.as_ref(), &libraries, &progress)?;
     progress.bar.finish_and_clear();
+    // Installing (or finding installed) is a use by this project.
+    for (_, folder) in report.installed.iter().chain(&report.present) {
+        kart::install::record_use(home, folder, &project.root);
+    }
     if json {
         print_json(&report);
     } else if !cli.quiet {
@@ -140,20 +155,11 @@ fn path(home: &Home, project: &Project, what: Option<&str>) -> Result<ExitCode> 
     let nvcc = what.is_some();
     let pins = pins(project)?;
     let Some(found) = kart::install::installed_nvcc(home, &pins) else {
-        return Err(Error::environment(
-            format!(
-                "nvcc {} as kart.toml pins it is not installed in {}",
-                pins.release,
-                home.root.display()
-            ),
-            "run `kart toolchain install`",
-        ));
+        return Err(kart::install::not_installed(home, &pins));
     };
-    let shown = if nvcc {
-        found
-    } else {
-        home.root.join("toolchains").join(pins.install_name()?)
-    };
+    let folder = home.toolchain_folder(&pins)?;
+    kart::install::record_use(home, &folder, &project.root);
+    let shown = if nvcc { found } else { folder };
     println!("{}", shown.display());
     Ok(ExitCode::SUCCESS)
 }
@@ -191,40 +197,81 @@ pub fn list(project: Option<&Project>, json: bool) -> Result<ExitCode> {
             home.root.display()
         );
     }
+    let now = kart::install::usage::now();
     for i in &installed {
         let mark = if used.contains(&i.path) { "*" } else { " " };
+        let name = i
+            .path
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        let holds = match i.record.kind.as_str() {
+            "toolchain" => format!(
+                "nvcc {} {}",
+                i.record.name,
+                kart::install::describe_components(&i.components())
+            ),
+            _ => format!(
+                "library {} ({})",
+                i.record.name,
+                i.record.requirements.join(", ")
+            ),
+        };
         println!(
-            "{mark} {:9} {:14} {:>8.1} MB  {}",
-            i.record.kind,
-            i.record.name,
+            "{mark} {name}  {}  {:.1} MB",
+            kart::untrusted::for_terminal(&holds),
             i.bytes as f64 / 1e6,
-            i.path.display()
         );
+        if i.uses.is_empty() {
+            println!(
+                "      installed {}, used by no project since",
+                kart::install::ago(now.saturating_sub(i.installed_at))
+            );
+        }
+        for u in &i.uses {
+            println!(
+                "      used by {} {}",
+                kart::untrusted::for_terminal(&u.project.display().to_string()),
+                kart::install::ago(now.saturating_sub(u.at))
+            );
+        }
+    }
+    if !installed.is_empty() {
+        println!("(in {})", home.root.display());
     }
     Ok(ExitCode::SUCCESS)
 }
 
-fn gc(cli: &Cli, home: &Home, project: &Project, dry_run: bool) -> Result<ExitCode> {
-    let keep = used_by(home, Some(project));
-    if dry_run {
-        for i in kart::install::list(home) {
-            if !keep.contains(&i.path) {
-                println!(
-                    "would remove {} ({:.1} MB)",
-                    i.path.display(),
-                    i.bytes as f64 / 1e6
-                );
-            }
+fn gc(cli: &Cli, home: &Home, policy: &GcPolicy, dry_run: bool) -> Result<ExitCode> {
+    let decisions = if dry_run {
+        kart::install::plan_gc(home, policy)?
+    } else {
+        kart::install::gc(home, policy)?
+    };
+    let verb = if dry_run { "would remove" } else { "removed" };
+    for d in &decisions {
+        let name = d
+            .install
+            .path
+            .file_name()
+            .map_or(String::new(), |n| n.to_string_lossy().into_owned());
+        if d.remove {
+            println!(
+                "{verb} {name} ({:.1} MB): {}",
+                d.install.bytes as f64 / 1e6,
+                d.why
+            );
+        } else if dry_run || !cli.quiet {
+            println!("keep {name}: {}", d.why);
         }
-        return Ok(ExitCode::SUCCESS);
     }
-    let removed = kart::install::gc(home, &keep)?;
     if !cli.quiet {
-        let bytes: u64 = removed.iter().map(|i| i.bytes).sum();
+        let removed: Vec<_> = decisions.iter().filter(|d| d.remove).collect();
+        let bytes: u64 = removed.iter().map(|d| d.install.bytes).sum();
         eprintln!(
-            "removed {} install(s), {:.1} MB",
+            "{verb} {} install(s), {:.1} MB (installs unused for {} days or named; see --unused-for)",
             removed.len(),
-            bytes as f64 / 1e6
+            bytes as f64 / 1e6,
+            policy.unused_for / 86_400
         );
     }
     Ok(ExitCode::SUCCESS)

@@ -12,6 +12,7 @@
 
 pub mod index;
 pub mod sets;
+pub mod usage;
 pub mod wheel;
 
 use std::path::{Path, PathBuf};
@@ -52,6 +53,11 @@ impl Home {
             ));
         };
         Ok(Home { root })
+    }
+
+    /// The install folder of the toolchain `pins` names (installed or not).
+    pub fn toolchain_folder(&self, pins: &ToolchainPins) -> Result<PathBuf> {
+        Ok(self.toolchains().join(pins.install_name()?))
     }
 
     fn toolchains(&self) -> PathBuf {
@@ -134,17 +140,51 @@ impl ToolchainPins {
 
     /// The install's folder name: the release and a hash of the wheels and the machine.
     pub fn install_name(&self) -> Result<String> {
-        let mut p = Preimage::default();
-        p.push("machine", index::machine_tag()?);
-        for r in self.requirements()? {
-            p.push("wheel", r);
-        }
-        Ok(format!(
-            "{}-{}",
-            self.release,
-            &p.digest("kart-toolchain-v1")[..16]
-        ))
+        toolchain_install_name(&self.release, &self.requirements()?)
     }
+}
+
+/// `with no components`, `with components a==1, b==2`: what tells one install of a
+/// release from another, for messages.
+pub fn describe_components(components: &[String]) -> String {
+    if components.is_empty() {
+        "with no components".to_string()
+    } else {
+        format!("with components {}", components.join(", "))
+    }
+}
+
+/// The error for a toolchain kart.toml pins that is not installed: the release and
+/// components it pins, and the installs of that release the home has instead.
+pub fn not_installed(home: &Home, pins: &ToolchainPins) -> Error {
+    let others: Vec<String> = list(home)
+        .iter()
+        .filter(|i| i.record.kind == "toolchain" && i.record.name == pins.release)
+        .map(|i| describe_components(&i.components()))
+        .collect();
+    let mut message = format!(
+        "nvcc {} {} is not installed in {}",
+        pins.release,
+        describe_components(&pins.components),
+        home.root.display()
+    );
+    if !others.is_empty() {
+        message.push_str(&format!(
+            " (it has nvcc {} {}: kart.toml's [toolchain] components differ)",
+            pins.release,
+            others.join("; and ")
+        ));
+    }
+    Error::environment(
+        message,
+        "run `kart toolchain install`: it installs the nvcc release and components kart.toml pins",
+    )
+}
+
+/// Records that the project at `project_root` uses the install `folder` now; a
+/// failure to record is ignored (it must never fail a build).
+pub fn record_use(home: &Home, folder: &Path, project_root: &Path) {
+    let _ = usage::record(&home.root, folder, project_root);
 }
 
 /// The record written last into a finished install.
@@ -176,18 +216,84 @@ pub struct Installed {
     pub record: InstallRecord,
     /// Bytes on disk.
     pub bytes: u64,
+    /// When it was installed (its record was written), seconds since the Unix epoch.
+    pub installed_at: u64,
+    /// The projects that used it, latest first.
+    pub uses: Vec<usage::Use>,
 }
 
+impl Installed {
+    /// What was installed beside a known release's wheels (`[toolchain] components`);
+    /// for a library, its pin.
+    pub fn components(&self) -> Vec<String> {
+        let base: &[&str] = match sets::known(&self.record.name) {
+            Some(known) if self.record.kind == "toolchain" => known.wheels,
+            _ => &[],
+        };
+        self.record
+            .requirements
+            .iter()
+            .filter(|r| !base.contains(&r.as_str()))
+            .cloned()
+            .collect()
+    }
+
+    /// The latest time anything used it: its last recorded use, else its install.
+    pub fn last_used(&self) -> u64 {
+        self.uses
+            .iter()
+            .map(|u| u.at)
+            .max()
+            .unwrap_or(0)
+            .max(self.installed_at)
+    }
+}
+
+/// A toolchain install's folder name: the release and a hash of the machine and the
+/// wheels (sorted).
+fn toolchain_install_name(release: &str, requirements: &[String]) -> Result<String> {
+    let mut p = Preimage::default();
+    p.push("machine", index::machine_tag()?);
+    for r in requirements {
+        p.push("wheel", r.clone());
+    }
+    Ok(format!(
+        "{release}-{}",
+        &p.digest("kart-toolchain-v1")[..16]
+    ))
+}
+
+/// The record of the install `folder`: its name and `.json`, beside it.
 fn record_path(folder: &Path) -> PathBuf {
-    folder.with_extension("json")
+    let mut name = folder.file_name().unwrap_or_default().to_os_string();
+    name.push(".json");
+    folder.with_file_name(name)
 }
 
 fn read_record(folder: &Path) -> Option<InstallRecord> {
-    let text =
-        kart_runtime::text::read_text(&record_path(folder), kart_runtime::text::Limit::CACHE)
-            .ok()?;
-    let record: InstallRecord = serde_json::from_str(&text).ok()?;
-    (record.format == RECORD_FORMAT && folder.is_dir()).then_some(record)
+    let parse = |path: &Path| {
+        let text = kart_runtime::text::read_text(path, kart_runtime::text::Limit::CACHE).ok()?;
+        let record: InstallRecord = serde_json::from_str(&text).ok()?;
+        (record.format == RECORD_FORMAT && folder.is_dir()).then_some(record)
+    };
+    if let Some(record) = parse(&record_path(folder)) {
+        return Some(record);
+    }
+    // Earlier versions named a toolchain's record by its name less what follows the last dot
+    // (`13.json` for `13.0-…`), one file for every install of a release: taken only
+    // when it describes this very folder, and moved to its own name.
+    let legacy = folder.with_extension("json");
+    let record = parse(&legacy)?;
+    let name = folder.file_name()?.to_str()?;
+    let mine = record.kind == "toolchain"
+        && toolchain_install_name(&record.name, &record.requirements).ok()? == name;
+    if !mine {
+        return None;
+    }
+    if let Ok(json) = serde_json::to_string_pretty(&record) {
+        let _ = write_atomic(&record_path(folder), json.as_bytes());
+    }
+    Some(record)
 }
 
 /// nvcc of the installed toolchain `pins` names, if it is installed.
@@ -394,8 +500,10 @@ fn unpack_all(
     Ok(record)
 }
 
-/// Every finished install in the home, toolchains first.
+/// Every finished install in the home, toolchains first, with the projects that used
+/// each.
 pub fn list(home: &Home) -> Vec<Installed> {
+    let uses = usage::all(&home.root);
     let mut out = Vec::new();
     for dir in [home.toolchains(), home.libraries()] {
         let Ok(entries) = std::fs::read_dir(&dir) else {
@@ -408,10 +516,24 @@ pub fn list(home: &Home) -> Vec<Installed> {
             .filter_map(|path| {
                 let record = read_record(&path)?;
                 let bytes = folder_bytes(&path);
+                let installed_at = std::fs::metadata(record_path(&path))
+                    .and_then(|m| m.modified())
+                    .ok()
+                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
+                    .map_or(0, |d| d.as_secs());
+                let key = usage::install_key(&home.root, &path);
+                let mut used: Vec<usage::Use> = uses
+                    .iter()
+                    .filter(|u| key.as_deref() == Some(u.install.as_str()))
+                    .cloned()
+                    .collect();
+                used.sort_by(|a, b| b.at.cmp(&a.at).then(a.project.cmp(&b.project)));
                 Some(Installed {
                     path,
                     record,
                     bytes,
+                    installed_at,
+                    uses: used,
                 })
             })
             .collect();
@@ -439,19 +561,124 @@ fn folder_bytes(dir: &Path) -> u64 {
     total
 }
 
-/// Removes every install but `keep` (folders), and unfinished ones. Returns what it
-/// removed.
-pub fn gc(home: &Home, keep: &[PathBuf]) -> Result<Vec<Installed>> {
-    let _lock = home.lock(Duration::from_secs(60))?;
-    let mut removed = Vec::new();
-    for installed in list(home) {
-        if keep.contains(&installed.path) {
-            continue;
-        }
-        let _ = std::fs::remove_file(record_path(&installed.path));
-        std::fs::remove_dir_all(&installed.path).at("remove", &installed.path)?;
-        removed.push(installed);
+/// Which installs a gc removes.
+#[derive(Clone, Debug)]
+pub struct GcPolicy {
+    /// Installs never removed: the current project's.
+    pub keep: Vec<PathBuf>,
+    /// Installs removed whenever they were last used (folder names or paths).
+    pub named: Vec<String>,
+    /// Installs no project used for this long (seconds) are removed.
+    pub unused_for: u64,
+}
+
+/// One install a gc looked at: whether it goes, and why.
+#[derive(Clone, Debug, Serialize)]
+pub struct GcDecision {
+    /// The install.
+    pub install: Installed,
+    /// Whether it is (or would be) removed.
+    pub remove: bool,
+    /// Why, in words.
+    pub why: String,
+}
+
+/// `3 days`, `5 hours`, `12 minutes`, `40 seconds`.
+pub fn ago(seconds: u64) -> String {
+    let (n, unit) = match seconds {
+        s if s >= 2 * 86_400 => (s / 86_400, "days"),
+        s if s >= 2 * 3600 => (s / 3600, "hours"),
+        s if s >= 2 * 60 => (s / 60, "minutes"),
+        s => (s, "seconds"),
+    };
+    format!("{n} {unit} ago")
+}
+
+fn last_use_words(installed: &Installed, now: u64) -> String {
+    match installed.uses.first() {
+        Some(u) => format!(
+            "last used {} by {}",
+            ago(now.saturating_sub(u.at)),
+            crate::untrusted::for_terminal(&u.project.display().to_string())
+        ),
+        None => format!(
+            "installed {} and used by no project since",
+            ago(now.saturating_sub(installed.installed_at))
+        ),
     }
+}
+
+/// What a gc under `policy` removes and keeps, install by install. A name in
+/// `policy.named` that is no install is an error.
+pub fn plan_gc(home: &Home, policy: &GcPolicy) -> Result<Vec<GcDecision>> {
+    let installed = list(home);
+    let now = usage::now();
+    let names = |i: &Installed| {
+        let file = i.path.file_name().map(|n| n.to_string_lossy().into_owned());
+        let path = i.path.display().to_string();
+        move |n: &String| Some(n) == file.as_ref() || *n == path
+    };
+    for n in &policy.named {
+        if !installed.iter().any(|i| names(i)(n)) {
+            let known: Vec<String> = installed
+                .iter()
+                .filter_map(|i| i.path.file_name())
+                .map(|n| n.to_string_lossy().into_owned())
+                .collect();
+            return Err(Error::usage(
+                format!(
+                    "no install named `{}` in {}",
+                    crate::untrusted::for_terminal(n),
+                    home.root.display()
+                ),
+                Some(if known.is_empty() {
+                    "nothing is installed there".to_string()
+                } else {
+                    format!("the installs are: {}", known.join(", "))
+                }),
+            ));
+        }
+    }
+    Ok(installed
+        .into_iter()
+        .map(|install| {
+            let named = policy.named.iter().any(names(&install));
+            let idle = now.saturating_sub(install.last_used());
+            let (remove, why) = if policy.keep.contains(&install.path) {
+                (false, "this project pins it".to_string())
+            } else if named {
+                (true, "named".to_string())
+            } else if idle >= policy.unused_for {
+                (true, last_use_words(&install, now))
+            } else {
+                (false, last_use_words(&install, now))
+            };
+            GcDecision {
+                install,
+                remove,
+                why,
+            }
+        })
+        .collect())
+}
+
+/// Removes the installs `policy` names or finds unused, never `policy.keep`, and
+/// leftovers of unfinished installs. Returns every decision, removed ones marked.
+pub fn gc(home: &Home, policy: &GcPolicy) -> Result<Vec<GcDecision>> {
+    let _lock = home.lock(Duration::from_secs(60))?;
+    let decisions = plan_gc(home, policy)?;
+    for d in decisions.iter().filter(|d| d.remove) {
+        let path = &d.install.path;
+        let _ = std::fs::remove_file(record_path(path));
+        std::fs::remove_dir_all(path).at("remove", path)?;
+    }
+    let kept: Vec<String> = decisions
+        .iter()
+        .filter(|d| !d.remove)
+        .filter_map(|d| usage::install_key(&home.root, &d.install.path))
+        .collect();
+    // Uses of removed installs, and unreadable use files, go too.
+    usage::prune(&home.root, |u| kept.contains(&u.install))?;
     for dir in [
         home.toolchains(),
         home.libraries(),
@@ -468,5 +695,5 @@ pub fn gc(home: &Home, keep: &[PathBuf]) -> Result<Vec<Installed>> {
             }
         }
     }
-    Ok(removed)
+    Ok(decisions)
 }

@@ -278,3 +278,329 @@ fn a_hostile_index_is_bounded_in_bytes_and_time_and_leaves_nothing() {
         assert!(!stdout(&out).contains("installed"), "{}", text(&out));
     }
 }
+
+/// A small wheel holding `members` (path, mode, bytes).
+fn fake_wheel(members: &[(&str, u32, &[u8])]) -> Vec<u8> {
+    use std::io::Write;
+    let mut out = std::io::Cursor::new(Vec::new());
+    let mut zip = zip::ZipWriter::new(&mut out);
+    for (member, mode, bytes) in members {
+        let options = zip::write::SimpleFileOptions::default().unix_permissions(*mode);
+        zip.start_file(*member, options).unwrap();
+        zip.write_all(bytes).unwrap();
+    }
+    zip.finish().unwrap();
+    out.into_inner()
+}
+
+/// Puts small fake wheels of nvcc 13.0 in `home`'s downloads, under kart's pinned
+/// sha256 (an install takes a download already there as checked).
+fn seed_nvcc_wheels(home: &Path) {
+    let downloads = home.join("downloads");
+    std::fs::create_dir_all(&downloads).unwrap();
+    for (name, file) in NVCC_WHEELS {
+        let sha = kart::install::sets::pinned_sha256(file).unwrap();
+        let members: Vec<(&str, u32, &[u8])> = if *name == "nvidia-cuda-nvcc" {
+            vec![
+                ("nvidia/cu13/bin/nvcc", 0o755, b"#!/bin/sh\nexit 1\n"),
+                ("nvidia/cu13/bin/ptxas", 0o755, b"#!/bin/sh\nexit 1\n"),
+            ]
+        } else {
+            vec![("nvidia/cu13/include/x.h", 0o644, name.as_bytes())]
+        };
+        std::fs::write(downloads.join(format!("{sha}.whl")), fake_wheel(&members)).unwrap();
+    }
+}
+
+/// A package index on loopback with nvcc 13.0's wheels (whose small fake bytes are
+/// put in `home`'s downloads under kart's pinned sha256, so no byte of them is
+/// fetched) and each of `components` (`name==version`) as a small wheel holding its
+/// dist-info. Returns its URL and the wheel files downloaded from it so far.
+fn fake_index(
+    home: &Path,
+    components: &[&str],
+) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{BufRead, BufReader, Write};
+    seed_nvcc_wheels(home);
+    let mut served: Vec<(String, String, Vec<u8>)> = Vec::new();
+    for spec in components {
+        let (name, version) = spec.split_once("==").unwrap();
+        let stem = name.replace('-', "_");
+        let file = format!("{stem}-{version}-py3-none-manylinux2014_x86_64.whl");
+        let metadata = format!("{stem}-{version}.dist-info/METADATA");
+        let bytes = fake_wheel(&[
+            (&metadata, 0o644, b"Name: x\n"),
+            (&format!("nvidia/{stem}/include/{stem}.h"), 0o644, b"//\n"),
+        ]);
+        served.push((name.to_string(), file, bytes));
+    }
+    let fetched = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let log = fetched.clone();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let base = format!("http://{}", listener.local_addr().unwrap());
+    let url = base.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut request = String::new();
+            let mut reader = BufReader::new(stream.try_clone().unwrap());
+            let _ = reader.read_line(&mut request);
+            loop {
+                let mut line = String::new();
+                if reader.read_line(&mut line).unwrap_or(0) <= 2 {
+                    break;
+                }
+            }
+            let path = request.split_whitespace().nth(1).unwrap_or("/").to_string();
+            let (status, body) = if let Some(file) = path.strip_prefix("/files/") {
+                log.lock().unwrap().push(file.to_string());
+                match served.iter().find(|(_, f, _)| f == file) {
+                    Some((_, _, bytes)) => ("200 OK", bytes.clone()),
+                    None => ("404 Not Found", Vec::new()),
+                }
+            } else {
+                let name = path.trim_matches('/');
+                let entry = NVCC_WHEELS
+                    .iter()
+                    .find(|(n, _)| *n == name)
+                    .map(|(_, f)| {
+                        let sha = kart::install::sets::pinned_sha256(f).unwrap().to_string();
+                        (f.to_string(), sha, 10usize)
+                    })
+                    .or_else(|| {
+                        served
+                            .iter()
+                            .find(|(n, _, _)| n == name)
+                            .map(|(_, f, b)| (f.clone(), kart::digest::sha256_hex(b), b.len()))
+                    });
+                match entry {
+                    Some((file, sha, size)) => (
+                        "200 OK",
+                        format!(
+                            "{{\"files\": [{{\"filename\": \"{file}\", \"url\": \"{base}/files/{file}\", \
+                             \"hashes\": {{\"sha256\": \"{sha}\"}}, \"size\": {size}}}]}}"
+                        )
+                        .into_bytes(),
+                    ),
+                    None => ("404 Not Found", Vec::new()),
+                }
+            };
+            let _ = write!(
+                stream,
+                "HTTP/1.1 {status}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = stream.write_all(&body);
+        }
+    });
+    (url, fetched)
+}
+
+/// kart in `dir` with `home` and the package index at `index`.
+fn kart_at(dir: &Path, home: &Path, index: &str, args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_kart"))
+        .args(args)
+        .current_dir(dir)
+        .env("KART_HOME", home)
+        .env("KART_INDEX_URL", index)
+        .env_remove("KART_NVCC")
+        .env_remove("CUDA_HOME")
+        .env_remove("CUDA_PATH")
+        .env_remove("KART_REMOTE")
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .output()
+        .expect("the kart binary runs")
+}
+
+/// A new project `name` under `parent` pinning nvcc 13.0 with `components`; its root.
+fn project_with(parent: &Path, home: &Path, name: &str, components: &[&str]) -> PathBuf {
+    ok(parent, home, &["init", name]);
+    let dir = parent.join(name);
+    set_components(&dir, components);
+    std::fs::canonicalize(dir).unwrap()
+}
+
+fn set_components(dir: &Path, components: &[&str]) {
+    let toml = std::fs::read_to_string(dir.join("kart.toml")).unwrap();
+    let start = toml.find("nvcc = \"13.0\"").unwrap() + "nvcc = \"13.0\"".len();
+    let end = toml[start..].find("\n[").map_or(toml.len(), |i| start + i);
+    let list: Vec<String> = components.iter().map(|c| format!("\"{c}\"")).collect();
+    let toml = format!(
+        "{}\ncomponents = [{}]\n{}",
+        &toml[..start],
+        list.join(", "),
+        &toml[end..]
+    );
+    std::fs::write(dir.join("kart.toml"), toml).unwrap();
+}
+
+#[test]
+fn a_build_after_a_components_change_names_the_set_that_is_not_installed() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let (index, _) = fake_index(&home, &["nvidia-fake-a==1.0"]);
+    let dir = project_with(tmp.path(), &home, "p", &[]);
+    let out = kart_at(&dir, &home, &index, &["toolchain", "install"]);
+    assert!(out.status.success(), "{}", text(&out));
+    set_components(&dir, &["nvidia-fake-a==1.0"]);
+    seed_nvcc_wheels(&home);
+    let out = kart_at(&dir, &home, &index, &["build"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("nvcc 13.0 with components nvidia-fake-a==1.0 is not installed")
+            && said.contains("it has nvcc 13.0 with no components")
+            && said.contains("kart toolchain install")
+            && !said.contains("nvcc not found"),
+        "{said}"
+    );
+    // `toolchain path` says the same; installing the new set fixes it.
+    let out = kart_at(&dir, &home, &index, &["toolchain", "path"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    assert!(stderr(&out).contains("with components nvidia-fake-a==1.0"));
+    let out = kart_at(&dir, &home, &index, &["toolchain", "install"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let out = kart_at(&dir, &home, &index, &["toolchain", "path"]);
+    assert!(out.status.success(), "{}", text(&out));
+}
+
+/// The folder name of `dir`'s installed toolchain.
+fn install_name(dir: &Path, home: &Path, index: &str) -> String {
+    let out = kart_at(dir, home, index, &["toolchain", "path"]);
+    assert!(out.status.success(), "{}", text(&out));
+    let path = stdout(&out);
+    Path::new(path.trim())
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn toolchain_gc_keeps_what_other_projects_use_and_list_tells_installs_apart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let (index, _) = fake_index(&home, &["nvidia-fake-a==1.0"]);
+    let one = project_with(tmp.path(), &home, "one", &[]);
+    let two = project_with(tmp.path(), &home, "two", &["nvidia-fake-a==1.0"]);
+    for dir in [&one, &two] {
+        seed_nvcc_wheels(&home);
+        let out = kart_at(dir, &home, &index, &["toolchain", "install"]);
+        assert!(out.status.success(), "{}", text(&out));
+    }
+    let (a, b) = (
+        install_name(&one, &home, &index),
+        install_name(&two, &home, &index),
+    );
+    assert_ne!(a, b);
+
+    // list: what tells the two installs apart, and who used each.
+    let list = stdout(&kart_at(&one, &home, &index, &["toolchain", "list"]));
+    let block = |name: &str| -> String {
+        let start = list.find(name).unwrap_or_else(|| panic!("{list}"));
+        let end = list[start + 1..]
+            .find("\n* ")
+            .or_else(|| list[start + 1..].find("\n  1"))
+            .map_or(list.len(), |i| start + 1 + i);
+        list[start..end].to_string()
+    };
+    assert!(
+        list.contains(&format!("* {a}  nvcc 13.0 with no components")),
+        "{list}"
+    );
+    assert!(
+        list.contains(&format!(
+            "  {b}  nvcc 13.0 with components nvidia-fake-a==1.0"
+        )),
+        "{list}"
+    );
+    assert!(
+        block(&a).contains(&format!("used by {}", one.display())),
+        "{list}"
+    );
+    assert!(
+        block(&b).contains(&format!("used by {}", two.display())),
+        "{list}"
+    );
+    let json = stdout(&kart_at(
+        &one,
+        &home,
+        &index,
+        &["toolchain", "list", "--json"],
+    ));
+    assert!(
+        json.contains("\"uses\"") && json.contains("\"installed_at\""),
+        "{json}"
+    );
+
+    // Another project's recent install is kept; the dry run says why.
+    let dry = kart_at(&one, &home, &index, &["toolchain", "gc", "--dry-run"]);
+    assert!(dry.status.success(), "{}", text(&dry));
+    assert!(!stdout(&dry).contains("would remove"), "{}", text(&dry));
+    assert!(
+        stdout(&dry).contains(&format!("keep {a}: this project pins it"))
+            && stdout(&dry).contains(&format!("keep {b}: last used")),
+        "{}",
+        text(&dry)
+    );
+    // Unused for 0 days: the other project's goes, this one's never.
+    let dry = kart_at(
+        &one,
+        &home,
+        &index,
+        &["toolchain", "gc", "--dry-run", "--unused-for", "0"],
+    );
+    let said = stdout(&dry);
+    assert!(
+        said.contains(&format!("would remove {b}"))
+            && said.contains(&format!("by {}", two.display()))
+            && !said.contains(&format!("would remove {a}")),
+        "{said}"
+    );
+    // An unknown name is refused; this project's own is kept even when named.
+    let out = kart_at(&one, &home, &index, &["toolchain", "gc", "13.0-nothing"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains(&b), "{}", text(&out));
+    let out = kart_at(&one, &home, &index, &["toolchain", "gc", "--dry-run", &a]);
+    assert!(
+        stdout(&out).contains(&format!("keep {a}: this project pins it")),
+        "{}",
+        text(&out)
+    );
+
+    // Forty days later for the other project's install: the gc removes it.
+    let used = home.join("used");
+    for e in std::fs::read_dir(&used).unwrap().flatten() {
+        let t = std::fs::read_to_string(e.path()).unwrap();
+        if t.contains(&b) {
+            let mut v: serde_json::Value = serde_json::from_str(&t).unwrap();
+            let at = v["at"].as_u64().unwrap() - 40 * 86_400;
+            v["at"] = at.into();
+            std::fs::write(e.path(), v.to_string()).unwrap();
+        }
+    }
+    let record = home.join("toolchains").join(format!("{b}.json"));
+    let touched = Command::new("touch")
+        .args(["-d", "41 days ago"])
+        .arg(&record)
+        .status()
+        .unwrap();
+    assert!(touched.success());
+    let dry = kart_at(&one, &home, &index, &["toolchain", "gc", "--dry-run"]);
+    assert!(
+        stdout(&dry).contains(&format!(
+            "would remove {b} (0.0 MB): last used 40 days ago by {}",
+            two.display()
+        )),
+        "{}",
+        text(&dry)
+    );
+    assert!(home.join("toolchains").join(&b).is_dir());
+    let gc = kart_at(&one, &home, &index, &["toolchain", "gc"]);
+    assert!(gc.status.success(), "{}", text(&gc));
+    assert!(!home.join("toolchains").join(&b).exists());
+    assert!(home.join("toolchains").join(&a).is_dir());
+    // Its use went with it.
+    let left = std::fs::read_dir(&used).unwrap().count();
+    assert_eq!(left, 1, "{}", text(&gc));
+}

@@ -58,8 +58,10 @@ pub struct Cli {
     /// Seconds to wait for another kart process holding the store.
     #[arg(long, global = true, help_heading = GLOBAL, default_value_t = 60, value_name = "SECONDS")]
     pub lock_timeout: u64,
-    /// The remote cache (default: kart.toml's [remote] url). http://, https:// or
-    /// file://; the bearer token comes from KART_REMOTE_TOKEN.
+    /// The remote cache (default: kart.toml's [remote] url). http://, https://, file://
+    /// or s3://bucket/prefix (also gs://, az://); the bearer token comes from
+    /// KART_REMOTE_TOKEN, an object store's credentials from AWS_* (KART_REMOTE_ANONYMOUS=1:
+    /// unsigned, read-only).
     #[arg(long, global = true, help_heading = REMOTE, value_name = "URL", env = "KART_REMOTE")]
     pub remote: Option<String>,
     /// Never write to the remote.
@@ -756,6 +758,11 @@ fn open_remote(cli: &Cli, ws: &Workspace, jobs: usize) -> Result<Option<kart::re
         return Ok(None);
     };
     settings.read_only |= cli.read_only;
+    if let Some(anonymous) = kart::remote::anonymous_from_env(
+        std::env::var(kart::remote::ANONYMOUS_ENV).ok().as_deref(),
+    )? {
+        settings.anonymous = anonymous;
+    }
     settings.jobs = jobs.max(1);
     let t = &mut settings.timeouts;
     t.connect = cli.connect_timeout.unwrap_or(t.connect);

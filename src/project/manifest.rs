@@ -14,18 +14,24 @@ use toml::Spanned;
 
 use crate::project::kernel::Kernel;
 use crate::project::kernel_toml::{KERNEL_FILE, load_kernel};
-use crate::project::raw::{ManifestChecks, RawLibrary, RawProject, RawToolchain};
+use crate::project::raw::{ManifestChecks, RawLibrary, RawProject, RawRemote, RawToolchain};
 pub use kart_runtime::locate::PROJECT_FILE;
 
 /// The remote cache, as `kart.toml` declares it.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RemoteConfig {
-    /// `http://…`, `https://…` or `file://…`.
+    /// `http://…`, `https://…`, `file://…`, `s3://…`, `gs://…` or `az://…`.
     pub url: String,
     /// Whether its action entries may stand in for compiling.
     pub trusted: bool,
     /// Never write to it.
     pub read_only: bool,
+    /// An `s3://` remote's endpoint (`endpoint`), when it is not AWS itself.
+    pub endpoint: Option<String>,
+    /// An `s3://` remote's region (`region`).
+    pub region: Option<String>,
+    /// Read an object store with unsigned requests, and never write (`anonymous`).
+    pub anonymous: bool,
     /// How long to wait for a connection (`connect_timeout`, seconds).
     pub connect_timeout: Option<std::time::Duration>,
     /// How long to wait for the first byte of an answer (`first_byte_timeout`).
@@ -154,7 +160,10 @@ impl Project {
                             ));
                         }
                     },
-                    url: r.url,
+                    endpoint: remote_endpoint(&file, &r)?,
+                    region: remote_region(&file, &r)?,
+                    anonymous: remote_anonymous(&file, &r)?,
+                    url: r.url.into_inner(),
                     trusted: r.trusted,
                     read_only: r.read_only,
                 })
@@ -294,6 +303,73 @@ impl Project {
             )
         })
     }
+}
+
+/// The scheme of a remote URL as written (`s3`), if it has one.
+fn url_scheme(url: &str) -> &str {
+    url.split_once("://").map_or("", |(scheme, _)| scheme)
+}
+
+/// `[remote] endpoint`: an http(s) URL, for an `s3://` remote only. Whether plain http
+/// is allowed depends on the environment, so that is checked when the remote is opened.
+fn remote_endpoint(file: &SourceFile<'_>, r: &RawRemote) -> Result<Option<String>> {
+    let Some(e) = &r.endpoint else {
+        return Ok(None);
+    };
+    if url_scheme(r.url.get_ref()) != "s3" {
+        return Err(file.error(
+            e.span(),
+            "`endpoint` is a setting of s3:// remotes",
+            "remove it, or make `url` an s3://bucket/prefix",
+        ));
+    }
+    match reqwest::Url::parse(e.get_ref()) {
+        Ok(u) if matches!(u.scheme(), "http" | "https") && u.host_str().is_some() => {
+            Ok(Some(e.get_ref().clone()))
+        }
+        _ => Err(file.error(
+            e.span(),
+            format!("`endpoint` `{}` is not an http(s) URL", e.get_ref()),
+            "for example `endpoint = \"https://minio.example:9000\"`",
+        )),
+    }
+}
+
+/// `[remote] region`: an AWS region name, for an `s3://` remote only.
+fn remote_region(file: &SourceFile<'_>, r: &RawRemote) -> Result<Option<String>> {
+    let Some(region) = &r.region else {
+        return Ok(None);
+    };
+    let name = region.get_ref();
+    let plain = !name.is_empty()
+        && name.len() <= 64
+        && name
+            .chars()
+            .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '-');
+    if url_scheme(r.url.get_ref()) != "s3" || !plain {
+        return Err(file.error(
+            region.span(),
+            if plain {
+                "`region` is a setting of s3:// remotes".to_string()
+            } else {
+                format!("`region` `{name}` is not a region name")
+            },
+            "for example `region = \"eu-west-1\"`, with an s3://bucket/prefix `url`",
+        ));
+    }
+    Ok(Some(name.clone()))
+}
+
+/// `[remote] anonymous`: for object stores only (`s3://`, `gs://`, `az://`).
+fn remote_anonymous(file: &SourceFile<'_>, r: &RawRemote) -> Result<bool> {
+    if r.anonymous && !matches!(url_scheme(r.url.get_ref()), "s3" | "gs" | "az") {
+        return Err(file.error(
+            r.url.span(),
+            "`anonymous = true` is a setting of object-store remotes (s3://, gs://, az://)",
+            "remove it: an HTTP remote reads without a token when KART_REMOTE_TOKEN is unset",
+        ));
+    }
+    Ok(r.anonymous)
 }
 
 /// `[toolchain] components`: pinned pip requirements (`nvidia-curand==10.4.0.35`).

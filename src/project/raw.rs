@@ -120,11 +120,15 @@ pub(super) struct RawLibrary {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct RawRemote {
-    pub(super) url: String,
+    pub(super) url: Spanned<String>,
     #[serde(default)]
     pub(super) trusted: bool,
     #[serde(default)]
     pub(super) read_only: bool,
+    pub(super) endpoint: Option<Spanned<String>>,
+    pub(super) region: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) anonymous: bool,
     pub(super) connect_timeout: Option<Spanned<f64>>,
     pub(super) first_byte_timeout: Option<Spanned<f64>>,
     pub(super) stall_timeout: Option<Spanned<f64>>,

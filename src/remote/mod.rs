@@ -1,7 +1,7 @@
 //! Remote caches: where artifacts go beyond one machine. Each kind of server is one
 //! [`Storage`] in a file of its own: `http` (bazel-remote's HTTP layout, nginx
-//! WebDAV), `folder` (a shared folder), and [`layered`] puts the local store in
-//! front of any of them. [`Remote`] is an opened one with what the project says it may
+//! WebDAV), `folder` (a shared folder), `s3` (S3 and S3-compatible object stores, GCS,
+//! Azure), and [`layered`] puts the local store in front of any of them. [`Remote`] is an opened one with what the project says it may
 //! do (trusted, read-only); [`transfer`] copies blobs and entries between two storages
 //! (`kart fetch`, `kart push`, the build's `--push`).
 //!
@@ -18,12 +18,14 @@ mod folder;
 mod guard;
 mod http;
 pub mod layered;
+mod s3;
 mod settings;
 pub mod transfer;
 
+pub use s3::ALLOW_HTTP_ENV;
 pub use settings::{
-    MIN_PROGRESS_BYTES, REMOTE_ENV, RemoteSettings, TOKEN_ENV, TOKEN_URL_ENV, Timeouts,
-    strip_credentials, token_allowed,
+    ANONYMOUS_ENV, MIN_PROGRESS_BYTES, REMOTE_ENV, RemoteSettings, TOKEN_ENV, TOKEN_URL_ENV,
+    Timeouts, anonymous_from_env, strip_credentials, token_allowed,
 };
 
 use crate::error::{Error, Result};
@@ -37,6 +39,8 @@ pub struct Remote {
     pub trusted: bool,
     /// Never written to.
     pub read_only: bool,
+    /// Read with unsigned requests (so never written to).
+    pub anonymous: bool,
     /// Parallel transfers.
     pub jobs: usize,
 }
@@ -48,18 +52,33 @@ impl std::fmt::Debug for Remote {
             .field("url", &self.shown)
             .field("trusted", &self.trusted)
             .field("read_only", &self.read_only)
+            .field("anonymous", &self.anonymous)
             .finish_non_exhaustive()
     }
 }
 
 impl Remote {
     /// Opens the remote `settings.url` names (no request is made). `token` is sent as a
-    /// bearer token over HTTP.
+    /// bearer token over HTTP; an object store's credentials come from the environment.
     pub fn open(settings: &RemoteSettings, token: Option<String>) -> Result<Remote> {
+        Remote::open_with_env(settings, token, &s3::process_env)
+    }
+
+    /// [`Remote::open`], with an object store's variables (`AWS_ACCESS_KEY_ID`,
+    /// `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …) read through `env` rather than from
+    /// the process environment (GCS and Azure read theirs from the process).
+    pub fn open_with_env(
+        settings: &RemoteSettings,
+        token: Option<String>,
+        env: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Remote> {
         let bad = |why: String| {
             Error::usage(
                 format!("remote URL `{}`: {why}", strip_credentials(&settings.url)),
-                Some("use http://host:port/path, https://… or file:///absolute/folder".into()),
+                Some(
+                    "use http://host:port/path, https://…, file:///absolute/folder or s3://bucket/prefix"
+                        .into(),
+                ),
             )
         };
         let url = reqwest::Url::parse(settings.url.trim_end_matches('/'))
@@ -76,13 +95,18 @@ impl Remote {
                     .map_err(|()| bad("not an absolute local path".into()))?,
                 shown.clone(),
             )),
+            "s3" | "gs" | "az" => {
+                Box::new(s3::ObjectStorage::open(settings, &url, shown.clone(), env)?)
+            }
             other => return Err(bad(format!("scheme `{other}` is not supported"))),
         };
+        let anonymous = settings.anonymous && matches!(url.scheme(), "s3" | "gs" | "az");
         Ok(Remote {
             storage,
             shown,
             trusted: settings.trusted,
-            read_only: settings.read_only,
+            read_only: settings.read_only || anonymous,
+            anonymous,
             jobs: settings.jobs.max(1),
         })
     }
@@ -92,7 +116,11 @@ impl Remote {
         &self.shown
     }
 
-    fn writable(&self) -> Result<()> {
+    /// A usage error, saying why, when this remote may not be written to.
+    pub fn writable(&self) -> Result<()> {
+        if self.anonymous {
+            return Err(s3::anonymous_write(&self.shown));
+        }
         if self.read_only {
             return Err(Error::usage(
                 format!("remote {} is read-only", self.shown),
@@ -161,6 +189,43 @@ mod tests {
         let url = format!("file://{}", dir.path().display());
         let remote = Remote::open(&RemoteSettings::new(url), None).unwrap();
         assert!(remote.get_blob("../../etc/passwd", None).is_err());
+    }
+
+    #[test]
+    fn object_stores_open_by_scheme_and_an_anonymous_one_is_read_only() {
+        let env = |k: &str| match k {
+            "AWS_ACCESS_KEY_ID" => Some("AKIDKART".to_string()),
+            "AWS_SECRET_ACCESS_KEY" => Some("kart-very-secret".to_string()),
+            "AWS_ENDPOINT_URL" => Some("http://127.0.0.1:9".to_string()),
+            _ => None,
+        };
+        let mut settings = RemoteSettings::new("s3://bucket/kart/");
+        let remote = Remote::open_with_env(&settings, None, &env).unwrap();
+        assert_eq!(remote.url(), "s3://bucket/kart");
+        assert!(!remote.read_only && remote.writable().is_ok());
+        assert!(!format!("{remote:?}").contains("very-secret"));
+        settings.anonymous = true;
+        let remote = Remote::open_with_env(&settings, None, &env).unwrap();
+        assert!(remote.read_only);
+        let err = remote.writable().unwrap_err();
+        assert!(err.to_string().contains("anonymously"), "{err}");
+        // Anonymity is an object store's setting: an HTTP remote stays as it was.
+        let mut http = RemoteSettings::new("http://127.0.0.1:9/kart");
+        http.anonymous = true;
+        assert!(!Remote::open(&http, None).unwrap().read_only);
+    }
+
+    #[test]
+    fn the_anonymous_variable_is_one_or_zero() {
+        assert_eq!(anonymous_from_env(None).unwrap(), None);
+        assert_eq!(anonymous_from_env(Some("")).unwrap(), None);
+        assert_eq!(anonymous_from_env(Some("1")).unwrap(), Some(true));
+        assert_eq!(anonymous_from_env(Some("TRUE")).unwrap(), Some(true));
+        assert_eq!(anonymous_from_env(Some("0")).unwrap(), Some(false));
+        assert_eq!(
+            anonymous_from_env(Some("maybe")).unwrap_err().exit_code(),
+            2
+        );
     }
 
     #[test]

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::error::Result;
+use crate::error::{Error, Result};
 
 /// How long each phase of a request may take.
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -57,6 +57,28 @@ pub const TOKEN_ENV: &str = "KART_REMOTE_TOKEN";
 /// Names the one remote URL `KART_REMOTE_TOKEN` is for, when that URL is kart.toml's
 /// rather than one given with the token through `--remote` or `KART_REMOTE`.
 pub const TOKEN_URL_ENV: &str = "KART_REMOTE_TOKEN_URL";
+
+/// The environment variable that makes an object-store remote anonymous (`1`): unsigned
+/// requests, read-only (`0` turns off kart.toml's `anonymous = true`).
+pub const ANONYMOUS_ENV: &str = "KART_REMOTE_ANONYMOUS";
+
+/// The value of [`ANONYMOUS_ENV`]: `Some(true)` for `1`/`true`/`yes`, `Some(false)`
+/// for `0`/`false`/`no`, `None` when unset or empty; anything else is a usage error.
+pub fn anonymous_from_env(value: Option<&str>) -> Result<Option<bool>> {
+    let Some(v) = value.map(str::trim).filter(|v| !v.is_empty()) else {
+        return Ok(None);
+    };
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" => Ok(Some(true)),
+        "0" | "false" | "no" => Ok(Some(false)),
+        _ => Err(Error::usage(
+            format!("{ANONYMOUS_ENV}=`{v}` is neither 1 nor 0"),
+            Some(format!(
+                "set {ANONYMOUS_ENV}=1 for unsigned, read-only requests, 0 (or nothing) for signed ones"
+            )),
+        )),
+    }
+}
 
 /// Whether the token may go to `url`, and if not, why (for a warning). The token was
 /// handed to kart for one server: it goes to the URL given with it (`given`: from
@@ -118,7 +140,7 @@ mod token_tests {
 /// How to reach a remote and what it may do.
 #[derive(Clone, Debug)]
 pub struct RemoteSettings {
-    /// `http://…`, `https://…`, `file://…`, `s3://…` or `grpc://…`.
+    /// `http://…`, `https://…`, `file://…`, `s3://…`, `gs://…` or `az://…`.
     pub url: String,
     /// Whether its action entries may stand in for compiling.
     pub trusted: bool,
@@ -136,6 +158,14 @@ pub struct RemoteSettings {
     /// The most time one run spends on this remote: past it, the remote is given up
     /// like one that timed out.
     pub budget: Duration,
+    /// An S3 remote's endpoint (`https://host:port`; default: `AWS_ENDPOINT_URL`, else
+    /// AWS itself).
+    pub endpoint: Option<String>,
+    /// An S3 remote's region (default: `AWS_REGION`, `AWS_DEFAULT_REGION`, `us-east-1`).
+    pub region: Option<String>,
+    /// Unsigned requests to an object store (a public bucket, read by pull requests):
+    /// the remote is then read-only.
+    pub anonymous: bool,
 }
 
 impl RemoteSettings {
@@ -151,6 +181,9 @@ impl RemoteSettings {
             give_up_after: Duration::from_secs(30),
             jobs: 16,
             budget: Duration::from_secs(600),
+            endpoint: None,
+            region: None,
+            anonymous: false,
         }
     }
 }

@@ -34,7 +34,8 @@ impl TransferReporter for crate::pool::Silent {}
 
 /// The remote's settings from `--remote`/`KART_REMOTE` (`url`) or `kart.toml`. A URL
 /// given on the command line or in the environment inherits `trusted` and `read_only`
-/// only when it is kart.toml's URL: trust belongs to a server, not to a variable.
+/// (and an object store's `endpoint`, `region` and `anonymous`) only when it is
+/// kart.toml's URL: trust belongs to a server, not to a variable.
 pub fn remote_settings(project: &Project, url: Option<&str>) -> Option<RemoteSettings> {
     let configured = project.remote.as_ref();
     let url = url
@@ -56,6 +57,10 @@ pub fn remote_settings(project: &Project, url: Option<&str>) -> Option<RemoteSet
     {
         settings.trusted = c.trusted;
         settings.read_only = c.read_only;
+        // Where the server is and how to ask it belong to kart.toml's URL too.
+        settings.endpoint = c.endpoint.clone();
+        settings.region = c.region.clone();
+        settings.anonymous = c.anonymous;
     }
     Some(settings)
 }
@@ -65,7 +70,7 @@ pub fn no_remote_error() -> Error {
     Error::usage(
         "no remote cache configured",
         Some(format!(
-            "add `[remote] url = \"http://host:port/path\"` to kart.toml, set {REMOTE_ENV}, or pass --remote"
+            "add `[remote] url = \"http://host:port/path\"` (or \"s3://bucket/prefix\") to kart.toml, set {REMOTE_ENV}, or pass --remote"
         )),
     )
 }
@@ -257,12 +262,7 @@ pub fn push_items(
     items: &[Pushed<'_>],
     reporter: &dyn TransferReporter,
 ) -> Result<PushReport> {
-    if remote.read_only {
-        return Err(Error::usage(
-            format!("remote {} is read-only", remote.url()),
-            Some("drop --read-only / `read_only = true` to push".into()),
-        ));
-    }
+    remote.writable()?;
     let sizes: BTreeMap<&str, u64> = items.iter().map(|i| (i.digest, i.size)).collect();
     let entries: BTreeSet<&str> = items.iter().map(|i| i.key).collect();
     let mut report = PushReport::default();

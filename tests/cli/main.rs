@@ -10,6 +10,7 @@ mod harness;
 mod libraries;
 mod malformed;
 mod remote;
+mod s3;
 mod templates;
 mod toolchain;
 mod trust;

@@ -1,7 +1,8 @@
 //! What kart's tests, benchmarks and reliability campaigns share and the product does
-//! not: a real HTTP cache server on loopback ([`nginx`]).
+//! not: real cache servers on loopback, HTTP ([`nginx`]) and S3 ([`moto`]).
 #![deny(missing_docs)]
 
+pub mod moto;
 pub mod nginx;
 
 use std::path::{Path, PathBuf};

@@ -39,7 +39,9 @@ const WORKFLOW: &str = r#"# kart: check kart.lock on pull requests, build and sh
 # remote cache, the secrets KART_REMOTE (its URL), KART_REMOTE_READ_TOKEN (reads only)
 # and KART_REMOTE_TOKEN (writes; keep it in the environment `kart-cache-write`, limited
 # to the protected branch). Pull requests run code nobody reviewed yet: they get the
-# read token and write nothing.
+# read token and write nothing. For an S3 cache (KART_REMOTE = s3://bucket/prefix),
+# see the commented lines: pull requests read a public bucket unsigned, and only main
+# gets AWS credentials.
 name: kart
 on:
   push:
@@ -56,6 +58,9 @@ jobs:
     env:
       KART_REMOTE: ${{ secrets.KART_REMOTE }}
       KART_REMOTE_TOKEN: ${{ secrets.KART_REMOTE_READ_TOKEN }}
+      # S3: no credentials; unsigned requests, read-only (the bucket allows public reads).
+      # KART_REMOTE_ANONYMOUS: "1"
+      # AWS_REGION: eu-west-1
     steps:
       - uses: actions/checkout@v4
       - run: cargo install --locked --git "${{ vars.KART_GIT }}" kart
@@ -70,6 +75,11 @@ jobs:
     env:
       KART_REMOTE: ${{ secrets.KART_REMOTE }}
       KART_REMOTE_TOKEN: ${{ secrets.KART_REMOTE_TOKEN }}
+      # S3: write credentials, in the environment `kart-cache-write` (or a role through
+      # OIDC: AWS_ROLE_ARN and AWS_WEB_IDENTITY_TOKEN_FILE).
+      # AWS_ACCESS_KEY_ID: ${{ secrets.AWS_ACCESS_KEY_ID }}
+      # AWS_SECRET_ACCESS_KEY: ${{ secrets.AWS_SECRET_ACCESS_KEY }}
+      # AWS_REGION: eu-west-1
     steps:
       - uses: actions/checkout@v4
       - run: cargo install --locked --git "${{ vars.KART_GIT }}" kart

@@ -170,15 +170,25 @@ impl ObjectStorage {
                 "write s3://BUCKET/PREFIX (gs://BUCKET/PREFIX, az://CONTAINER/PREFIX)",
             ));
         }
-        if !url.username().is_empty() || url.password().is_some() || url.query().is_some() {
+        if !url.username().is_empty()
+            || url.password().is_some()
+            || url.query().is_some()
+            || url.fragment().is_some()
+        {
             return Err(bad(
-                "holds credentials or a query".into(),
+                "holds credentials, a query or a fragment".into(),
                 "credentials come from the environment (AWS_ACCESS_KEY_ID, …), never from the URL",
             ));
         }
-        let prefix = object_prefix(url.path()).map_err(|why| {
+        // The path as written: URL parsing would quietly resolve `a/../b` to `b`.
+        let written = settings
+            .url
+            .split_once("://")
+            .and_then(|(_, rest)| rest.find('/').map(|i| &rest[i..]))
+            .unwrap_or("");
+        let prefix = object_prefix(written).map_err(|why| {
             bad(
-                format!("prefix `{}`: {why}", url.path()),
+                format!("prefix `{written}`: {why}"),
                 "use a prefix of plain segments, such as s3://bucket/kart/cache",
             )
         })?;

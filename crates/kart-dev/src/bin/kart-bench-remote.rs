@@ -6,8 +6,16 @@
 //! in-process on the same blobs. Prints figures; asserts nothing.
 //!
 //!     kart-bench-remote [--blobs 500] [--kart target/release/kart]
+//!     kart-bench-remote --s3 [--rounds 3] [--blobs 500] [--kart target/release/kart]
 //!
-//! Needs nginx (Debian's nginx-light) and curl.
+//! `--s3` measures only a cold fetch of the whole set into an empty store, in the same
+//! run, from the HTTP remote (nginx), from the S3 remote against the same nginx (its
+//! path-style GETs land on the same files: kart's S3 client, object_store with
+//! signing, against the HTTP client on one server), and from the S3 remote against
+//! moto (a real S3 API, in Python); rounds alternate between them.
+//!
+//! Needs nginx (Debian's nginx-light) and curl; `--s3` also moto (`scripts/test`
+//! installs it under `.toolchain/moto`; run from the repository root).
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -18,6 +26,7 @@ use std::time::{Duration, Instant};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
+use kart_testkit::moto::Moto;
 use kart_testkit::nginx::Nginx;
 
 /// Cubin-like bytes of `size`: 16-byte "instructions" drawn from a small pool, with
@@ -127,13 +136,36 @@ fn write_project(dir: &Path, blobs: &[(String, Vec<u8>)]) -> Res<()> {
 }
 
 fn run_kart(kart: &Path, dir: &Path, args: &[&str]) -> Res<Duration> {
+    run_kart_env(kart, dir, args, &[])
+}
+
+/// The object-store variables a run may read: none but those given.
+const CLOUD_VARS: [&str; 12] = [
+    "KART_REMOTE_TOKEN",
+    "KART_REMOTE_ANONYMOUS",
+    "AWS_ACCESS_KEY_ID",
+    "AWS_SECRET_ACCESS_KEY",
+    "AWS_SESSION_TOKEN",
+    "AWS_WEB_IDENTITY_TOKEN_FILE",
+    "AWS_ENDPOINT_URL_S3",
+    "AWS_ENDPOINT_URL",
+    "AWS_ENDPOINT",
+    "AWS_REGION",
+    "AWS_DEFAULT_REGION",
+    "AWS_ALLOW_HTTP",
+];
+
+fn run_kart_env(kart: &Path, dir: &Path, args: &[&str], env: &[(&str, String)]) -> Res<Duration> {
+    let mut cmd = Command::new(kart);
+    cmd.arg("-C").arg(dir).args(args);
+    for var in CLOUD_VARS {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
     let t = Instant::now();
-    let out = Command::new(kart)
-        .arg("-C")
-        .arg(dir)
-        .args(args)
-        .env_remove("KART_REMOTE_TOKEN")
-        .output()?;
+    let out = cmd.output()?;
     let elapsed = t.elapsed();
     if !out.status.success() {
         return Err(format!(
@@ -180,6 +212,8 @@ fn main() -> Res<()> {
     if !kart.is_file() {
         return Err(format!("no kart binary at {} (pass --kart)", kart.display()).into());
     }
+    let s3 = args.iter().any(|a| a == "--s3");
+    let rounds: usize = arg("--rounds").map_or(Ok(3), |v| v.parse())?.max(1);
 
     // Sizes spread log-uniformly from 8 KiB to 1 MiB, as a tuned grid's cubins are.
     let blobs: Vec<(String, Vec<u8>)> = (0..count)
@@ -197,6 +231,9 @@ fn main() -> Res<()> {
         blobs.iter().map(|(_, b)| b.len()).min().unwrap_or(0),
         blobs.iter().map(|(_, b)| b.len()).max().unwrap_or(0)
     );
+    if s3 {
+        return s3_comparison(&kart, &blobs, rounds);
+    }
     let nginx = Nginx::try_start(false)?;
     std::fs::create_dir_all(nginx.www().join("kart/cas"))?;
     std::fs::create_dir_all(nginx.www().join("kart/ac"))?;
@@ -310,6 +347,93 @@ fn main() -> Res<()> {
         println!(
             "repository lock ({n} artifacts): cold fetch {:.3} s at loopback",
             t.as_secs_f64()
+        );
+    }
+    Ok(())
+}
+
+/// One way to fetch: its label, the remote URL, the environment it needs.
+type Run = (&'static str, String, Vec<(&'static str, String)>);
+
+/// Cold fetches of every blob into an empty store from the HTTP remote, the S3 remote
+/// on the same nginx, and the S3 remote on moto, `rounds` times in turn.
+fn s3_comparison(kart: &Path, blobs: &[(String, Vec<u8>)], rounds: usize) -> Res<()> {
+    let mb = blobs.iter().map(|(_, b)| b.len() as u64).sum::<u64>() as f64 / 1e6;
+    let nginx = Nginx::try_start(false)?;
+    std::fs::create_dir_all(nginx.www().join("kart/cas"))?;
+    for (d, b) in blobs {
+        std::fs::write(nginx.www().join("kart/cas").join(d), b)?;
+    }
+    let moto = Moto::try_start(&std::env::current_dir()?, "kart")?;
+    let t = Instant::now();
+    for (d, b) in blobs {
+        moto.put_object(&format!("cas/{d}"), b)?;
+    }
+    println!(
+        "moto: {} objects uploaded in {:.2} s",
+        blobs.len(),
+        t.elapsed().as_secs_f64()
+    );
+    let s3_env = |endpoint: String| {
+        vec![
+            (
+                "AWS_ACCESS_KEY_ID",
+                kart_testkit::moto::ACCESS_KEY.to_string(),
+            ),
+            (
+                "AWS_SECRET_ACCESS_KEY",
+                kart_testkit::moto::SECRET_KEY.to_string(),
+            ),
+            ("AWS_REGION", kart_testkit::moto::REGION.to_string()),
+            ("AWS_ENDPOINT_URL", endpoint),
+        ]
+    };
+    // Bucket `kart`, no prefix: path-style GETs of /kart/cas/<sha256>, nginx's files.
+    let runs: [Run; 3] = [
+        ("HTTP remote, nginx", nginx.url("kart"), vec![]),
+        (
+            "S3 remote, nginx",
+            "s3://kart".into(),
+            s3_env(format!("http://127.0.0.1:{}", nginx.port)),
+        ),
+        (
+            "S3 remote, moto",
+            "s3://kart".into(),
+            s3_env(moto.endpoint()),
+        ),
+    ];
+    let mut times: Vec<Vec<Duration>> = vec![Vec::new(); runs.len()];
+    for round in 0..rounds {
+        for (i, (label, url, env)) in runs.iter().enumerate() {
+            let project = tempfile::tempdir()?;
+            write_project(project.path(), blobs)?;
+            let t = run_kart_env(kart, project.path(), &["-q", "fetch", "--remote", url], env)?;
+            println!(
+                "round {}: {label:20} {:.3} s ({:.0} MB/s)",
+                round + 1,
+                t.as_secs_f64(),
+                mb / t.as_secs_f64()
+            );
+            times[i].push(t);
+        }
+    }
+    println!(
+        "\ncold fetch of {} blobs ({mb:.1} MB), kart -j16, median of {rounds}:",
+        blobs.len()
+    );
+    let median = |v: &[Duration]| {
+        let mut v = v.to_vec();
+        v.sort();
+        v[v.len() / 2]
+    };
+    let http = median(&times[0]);
+    for ((label, _, _), t) in runs.iter().zip(&times) {
+        let m = median(t);
+        println!(
+            "{label:20} {:.3} s  {:6.0} MB/s  {:.2}x the HTTP remote's time",
+            m.as_secs_f64(),
+            mb / m.as_secs_f64(),
+            m.as_secs_f64() / http.as_secs_f64()
         );
     }
     Ok(())

@@ -378,7 +378,9 @@ impl ObjectStorage {
                     hint: Some("nothing was stored".into()),
                 });
             }
-            match read_stream(result.into_stream(), limit, t.stall, &shown).await {
+            // The announced size is at most the limit: room for it at once.
+            let announced = result.meta.size;
+            match read_stream(result.into_stream(), announced, limit, t.stall, &shown).await {
                 Ok(bytes) => Attempt::Done(Some(bytes)),
                 Err(Stop::Fail(e)) => Attempt::Fail(e),
                 Err(Stop::Stalled(why)) => Attempt::TimedOut(why),
@@ -535,15 +537,16 @@ enum Stop {
     Broken(object_store::Error),
 }
 
-/// Reads a body of at most `limit` bytes; a body that moves less than
-/// [`MIN_PROGRESS_BYTES`] in `stall` is stalled.
+/// Reads a body of at most `limit` bytes (`announced` is room made at the start); a
+/// body that moves less than [`MIN_PROGRESS_BYTES`] in `stall` is stalled.
 async fn read_stream<B: AsRef<[u8]>>(
     mut stream: impl futures_util::Stream<Item = object_store::Result<B>> + Unpin,
+    announced: u64,
     limit: u64,
     stall: Duration,
     shown: &str,
 ) -> std::result::Result<Vec<u8>, Stop> {
-    let mut bytes = Vec::new();
+    let mut bytes = Vec::with_capacity(announced.min(limit) as usize);
     let mut window_start = Instant::now();
     let mut window_bytes = 0usize;
     loop {

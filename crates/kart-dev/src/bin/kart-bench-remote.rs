@@ -12,7 +12,8 @@
 //! run, from the HTTP remote (nginx), from the S3 remote against the same nginx (its
 //! path-style GETs land on the same files: kart's S3 client, object_store with
 //! signing, against the HTTP client on one server), and from the S3 remote against
-//! moto (a real S3 API, in Python); rounds alternate between them.
+//! moto (a real S3 API, in Python); each round runs the three, starting with the next
+//! one each time. It also prints the CPU time of each kart process.
 //!
 //! Needs nginx (Debian's nginx-light) and curl; `--s3` also moto (`scripts/test`
 //! installs it under `.toolchain/moto`; run from the repository root).
@@ -352,6 +353,17 @@ fn main() -> Res<()> {
     Ok(())
 }
 
+/// CPU time (user and system) of every finished child process so far.
+fn children_cpu() -> Duration {
+    // SAFETY: getrusage writes one rusage struct, which lives on this stack.
+    let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+    if unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut usage) } != 0 {
+        return Duration::ZERO;
+    }
+    let tv = |t: libc::timeval| Duration::new(t.tv_sec as u64, t.tv_usec as u32 * 1000);
+    tv(usage.ru_utime) + tv(usage.ru_stime)
+}
+
 /// One way to fetch: its label, the remote URL, the environment it needs.
 type Run = (&'static str, String, Vec<(&'static str, String)>);
 
@@ -403,18 +415,27 @@ fn s3_comparison(kart: &Path, blobs: &[(String, Vec<u8>)], rounds: usize) -> Res
         ),
     ];
     let mut times: Vec<Vec<Duration>> = vec![Vec::new(); runs.len()];
+    let mut cpus: Vec<Vec<Duration>> = vec![Vec::new(); runs.len()];
     for round in 0..rounds {
-        for (i, (label, url, env)) in runs.iter().enumerate() {
+        // Each round starts with another of them: none always runs right after the
+        // same one (the page cache and the disk's writeback carry over).
+        for k in 0..runs.len() {
+            let i = (round + k) % runs.len();
+            let (label, url, env) = &runs[i];
             let project = tempfile::tempdir()?;
             write_project(project.path(), blobs)?;
+            let cpu = children_cpu();
             let t = run_kart_env(kart, project.path(), &["-q", "fetch", "--remote", url], env)?;
+            let cpu = children_cpu().saturating_sub(cpu);
             println!(
-                "round {}: {label:20} {:.3} s ({:.0} MB/s)",
+                "round {}: {label:20} {:.3} s ({:.0} MB/s), kart's CPU {:.3} s",
                 round + 1,
                 t.as_secs_f64(),
-                mb / t.as_secs_f64()
+                mb / t.as_secs_f64(),
+                cpu.as_secs_f64()
             );
             times[i].push(t);
+            cpus[i].push(cpu);
         }
     }
     println!(
@@ -427,13 +448,14 @@ fn s3_comparison(kart: &Path, blobs: &[(String, Vec<u8>)], rounds: usize) -> Res
         v[v.len() / 2]
     };
     let http = median(&times[0]);
-    for ((label, _, _), t) in runs.iter().zip(&times) {
+    for (((label, _, _), t), cpu) in runs.iter().zip(&times).zip(&cpus) {
         let m = median(t);
         println!(
-            "{label:20} {:.3} s  {:6.0} MB/s  {:.2}x the HTTP remote's time",
+            "{label:20} {:.3} s  {:6.0} MB/s  {:.2}x the HTTP remote's time; kart's CPU {:.3} s",
             m.as_secs_f64(),
             mb / m.as_secs_f64(),
-            m.as_secs_f64() / http.as_secs_f64()
+            m.as_secs_f64() / http.as_secs_f64(),
+            median(cpu).as_secs_f64()
         );
     }
     Ok(())

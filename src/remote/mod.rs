@@ -15,9 +15,11 @@
 
 mod check;
 mod folder;
+pub mod grpc;
 mod guard;
 mod http;
 pub mod layered;
+pub mod reapi;
 mod s3;
 mod settings;
 pub mod transfer;
@@ -59,7 +61,8 @@ impl std::fmt::Debug for Remote {
 
 impl Remote {
     /// Opens the remote `settings.url` names (no request is made). `token` is sent as a
-    /// bearer token over HTTP; an object store's credentials come from the environment.
+    /// bearer token (an HTTP header, gRPC metadata); an object store's credentials come
+    /// from the environment.
     pub fn open(settings: &RemoteSettings, token: Option<String>) -> Result<Remote> {
         Remote::open_with_env(settings, token, &s3::process_env)
     }
@@ -76,7 +79,7 @@ impl Remote {
             Error::usage(
                 format!("remote URL `{}`: {why}", strip_credentials(&settings.url)),
                 Some(
-                    "use http://host:port/path, https://…, file:///absolute/folder or s3://bucket/prefix"
+                    "use http://host:port/path, https://…, grpc://host:port/instance, grpcs://…, file:///absolute/folder or s3://bucket/prefix"
                         .into(),
                 ),
             )
@@ -89,6 +92,7 @@ impl Remote {
             "http" | "https" => Box::new(
                 http::HttpStorage::open(settings, base, shown.clone(), token).map_err(bad)?,
             ),
+            "grpc" | "grpcs" => Box::new(reapi::ReapiStorage::open(settings, token)?),
             "file" => Box::new(folder::FolderStorage::open(
                 settings,
                 url.to_file_path()

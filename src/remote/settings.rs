@@ -105,9 +105,9 @@ pub fn token_allowed(
         || host
             .parse::<std::net::IpAddr>()
             .is_ok_and(|ip| ip.is_loopback());
-    if parsed.scheme() == "http" && !loopback {
+    if matches!(parsed.scheme(), "http" | "grpc") && !loopback {
         return Err(format!(
-            "{TOKEN_ENV} is not sent to {}: plain http would show it to the network; use https",
+            "{TOKEN_ENV} is not sent to {}: plain text (http, grpc) would show it to the network; use https or grpcs",
             strip_credentials(url)
         ));
     }
@@ -134,6 +134,14 @@ mod token_tests {
         assert!(token_allowed(tls, Some(tls), None).is_ok());
         assert!(token_allowed("http://[::1]:9/k", Some("http://[::1]:9/k"), None).is_ok());
         assert!(token_allowed("http://localhost:9/k", Some("http://localhost:9/k"), None).is_ok());
+        // gRPC alike: grpc is plain text, grpcs is TLS.
+        let far = "grpc://cache.example:8980/main";
+        assert!(token_allowed(far, Some(far), None).is_err());
+        let tls = "grpcs://cache.example/main";
+        assert!(token_allowed(tls, Some(tls), None).is_ok());
+        let near = "grpc://127.0.0.1:8980";
+        assert!(token_allowed(near, Some(near), None).is_ok());
+        assert!(token_allowed(near, None, None).is_err());
     }
 }
 

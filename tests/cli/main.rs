@@ -9,6 +9,7 @@ mod fleet;
 mod harness;
 mod libraries;
 mod malformed;
+mod reapi;
 mod remote;
 mod s3;
 mod templates;

@@ -1,7 +1,9 @@
 //! What kart's tests, benchmarks and reliability campaigns share and the product does
-//! not: real cache servers on loopback, HTTP ([`nginx`]) and S3 ([`moto`]).
+//! not: real cache servers on loopback, HTTP ([`nginx`]), S3 ([`moto`]) and the Remote
+//! Execution API ([`buildgrid`]).
 #![deny(missing_docs)]
 
+pub mod buildgrid;
 pub mod moto;
 pub mod nginx;
 

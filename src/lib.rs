@@ -16,8 +16,9 @@
 //!   into a per-user folder; [`toolchain`]: the installed nvcc found, checked and
 //!   fingerprinted, and the header libraries pinned ([`toolchain::library`]);
 //! - [`workspace`]: a project opened with its store, what every command starts from;
-//! - [`remote`]: the remote caches, one [`store::Storage`] per kind of server, and
-//!   copies between two storages ([`remote::transfer`]);
+//! - [`remote`]: the remote caches, one [`store::Storage`] per kind of server (HTTP, a
+//!   folder, a Remote Execution API server over [`remote::grpc`]), and copies between
+//!   two storages ([`remote::transfer`]);
 //! - [`pipeline`]: the build — the action key ([`pipeline::key`]), one nvcc run
 //!   ([`pipeline::compile`], [`pipeline::process`]), the built-in smoke kernel
 //!   ([`pipeline::smoke`]), and planning and running a build (a folder named `build/`

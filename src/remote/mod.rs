@@ -1,7 +1,9 @@
 //! Remote caches: where artifacts go beyond one machine. Each kind of server is one
 //! [`Storage`] in a file of its own: `http` (bazel-remote's HTTP layout, nginx
 //! WebDAV), `folder` (a shared folder), `s3` (S3 and S3-compatible object stores, GCS,
-//! Azure), and [`layered`] puts the local store in front of any of them. [`Remote`] is an opened one with what the project says it may
+//! Azure), [`reapi`] (a Remote Execution API server, over the gRPC client [`grpc`]), and
+//! [`layered`] puts the local store in front of any of them. [`Remote`] is an opened one
+//! with what the project says it may
 //! do (trusted, read-only); [`transfer`] copies blobs and entries between two storages
 //! (`kart fetch`, `kart push`, the build's `--push`).
 //!

@@ -200,6 +200,20 @@ fn blobs_over_the_batch_limit_round_trip_through_bytestream() {
         ]
     );
 
+    // A cache-only server refuses execution at once, saying so.
+    let t = Instant::now();
+    let err = c
+        .execute(
+            &small_d,
+            &kart::remote::grpc::ExecuteOptions {
+                skip_cache_lookup: false,
+                timeout: Duration::from_secs(30),
+            },
+        )
+        .unwrap_err();
+    assert!(err.to_string().contains("Execute"), "{err}");
+    assert!(t.elapsed() < Duration::from_secs(10), "{err}");
+
     // The same through the remote cache: a blob over the limit up and down again, each
     // checked; a question without a size is a miss.
     let remote = Remote::open(&RemoteSettings::new(server.url("")), None).unwrap();

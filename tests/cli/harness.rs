@@ -46,7 +46,10 @@ pub fn logging_nvcc() -> PathBuf {
 fn write_logging_nvcc() -> PathBuf {
     use std::io::Write;
     use std::os::unix::fs::PermissionsExt;
+    // By its real path: checkouts that share one installed toolchain (through a link)
+    // then all write the same wrapper, whose bytes are part of every key.
     let real = real_nvcc();
+    let real = real.canonicalize().unwrap_or(real);
     let wrapper = real.with_file_name("nvcc-kart-test");
     let script = format!(
         "#!/bin/sh\n\

@@ -7,6 +7,12 @@
 //!
 //!     kart-bench-remote [--blobs 500] [--kart target/release/kart]
 //!     kart-bench-remote --s3 [--rounds 3] [--blobs 500] [--kart target/release/kart]
+//!     kart-bench-remote --reapi [--blobs 500] [--kart target/release/kart]
+//!
+//! `--reapi` instead compares the HTTP remote (nginx) with a Remote Execution API
+//! server (BuildGrid, as `scripts/install-buildgrid` installs it), both on loopback:
+//! a cold `kart push` of the blobs from a store, a no-op push, and a cold `kart fetch`
+//! into an empty store, each at loopback speed and through the 20 ms proxy.
 //!
 //! `--s3` measures only a cold fetch of the whole set into an empty store, in the same
 //! run, from the HTTP remote (nginx), from the S3 remote against the same nginx (its
@@ -16,7 +22,8 @@
 //! one each time. It also prints the CPU time of each kart process.
 //!
 //! Needs nginx (Debian's nginx-light) and curl; `--s3` also moto (`scripts/test`
-//! installs it under `.toolchain/moto`; run from the repository root).
+//! installs it under `.toolchain/moto`; run from the repository root); `--reapi` also
+//! BuildGrid.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
@@ -226,6 +233,9 @@ fn main() -> Res<()> {
         })
         .collect();
     let total: u64 = blobs.iter().map(|(_, b)| b.len() as u64).sum();
+    if args.iter().any(|a| a == "--reapi") {
+        return compare_reapi(&kart, &blobs, total);
+    }
     println!(
         "{count} synthetic blobs, {:.1} MB ({} B to {} B)",
         total as f64 / 1e6,
@@ -457,6 +467,72 @@ fn s3_comparison(kart: &Path, blobs: &[(String, Vec<u8>)], rounds: usize) -> Res
             m.as_secs_f64() / http.as_secs_f64(),
             median(cpu).as_secs_f64()
         );
+    }
+    Ok(())
+}
+
+/// Push and fetch through nginx (HTTP) and BuildGrid (gRPC), at loopback speed and with
+/// 20 ms of round trip: the figures of `bench/results/reapi-cache.md`.
+fn compare_reapi(kart: &Path, blobs: &[(String, Vec<u8>)], total: u64) -> Res<()> {
+    let repo = std::env::current_dir()?;
+    let nginx = Nginx::try_start(false)?;
+    let grid = kart_testkit::buildgrid::BuildGrid::try_start_cache(&repo)?;
+    let mb = total as f64 / 1e6;
+    println!(
+        "{} synthetic blobs, {mb:.1} MB; nginx on port {}, BuildGrid {} on port {}",
+        blobs.len(),
+        nginx.port,
+        kart_testkit::buildgrid::VERSION,
+        grid.port
+    );
+    println!(
+        "\n{:40} {:>10} {:>9} {:>10} {:>10} {:>9}",
+        "", "push", "MB/s", "no-op push", "fetch", "MB/s"
+    );
+    let rounds = [("loopback", false), ("loopback + 20 ms RTT", true)];
+    for (round, (label, delay)) in rounds.into_iter().enumerate() {
+        // Every push starts cold: each round has a path (an instance) of its own.
+        let instance = ["", kart_testkit::buildgrid::INSTANCE][round];
+        for (name, port) in [
+            ("HTTP (nginx)", nginx.port),
+            ("REAPI (BuildGrid)", grid.port),
+        ] {
+            let port = if delay {
+                start_delay_proxy(port, Duration::from_millis(10))?
+            } else {
+                port
+            };
+            let url = if name.starts_with("HTTP") {
+                format!("http://127.0.0.1:{port}/kart/{round}")
+            } else {
+                format!("grpc://127.0.0.1:{port}/{instance}")
+            };
+            let source = tempfile::tempdir()?;
+            write_project(source.path(), blobs)?;
+            let store = kart::store::Store::open(
+                &source.path().join("artifacts"),
+                kart::store::LockMode::Shared,
+                Duration::from_secs(5),
+            )?;
+            for (d, b) in blobs {
+                store.put_named_blob(d, b)?;
+            }
+            drop(store);
+            let push = run_kart(kart, source.path(), &["-q", "push", "--remote", &url])?;
+            let noop = run_kart(kart, source.path(), &["-q", "push", "--remote", &url])?;
+            let target = tempfile::tempdir()?;
+            write_project(target.path(), blobs)?;
+            let fetch = run_kart(kart, target.path(), &["-q", "fetch", "--remote", &url])?;
+            println!(
+                "{:40} {:>9.2}s {:>9.1} {:>9.3}s {:>9.2}s {:>9.1}",
+                format!("{label}: {name}"),
+                push.as_secs_f64(),
+                mb / push.as_secs_f64(),
+                noop.as_secs_f64(),
+                fetch.as_secs_f64(),
+                mb / fetch.as_secs_f64()
+            );
+        }
     }
     Ok(())
 }

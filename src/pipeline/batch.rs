@@ -143,10 +143,12 @@ pub fn compile_batch(
     if !outcome.status.is_some_and(|s| s.success()) {
         let output = without_scratch(&(outcome.stderr.clone() + &outcome.stdout), scratch);
         // An error in a line of a source every config includes (a syntax error) names
-        // no instance: "detected during instantiation … kart_instances.cu" is absent.
-        let names_an_instance = output
-            .lines()
-            .any(|l| l.contains(INSTANCES_FILE) && !l.contains("detected in the compilation of"));
+        // no instance: neither "detected during instantiation of …" nor a line of
+        // kart_instances.cu is in nvcc's output.
+        let names_an_instance = output.lines().any(|l| {
+            l.contains("during instantiation")
+                || (l.contains(INSTANCES_FILE) && !l.contains("detected in the compilation of"))
+        });
         if !names_an_instance && output.contains("error") {
             let shown = without_scratch(&format!("nvcc {}", args.join(" ")), scratch);
             let failure = CompileFailure {

@@ -107,7 +107,7 @@ fn a_project_of_ones_own_installs_its_toolchain_and_builds() {
     let list = stdout(&ok(&dir, &home, &["toolchain", "list"]));
     assert!(
         list.lines()
-            .any(|l| l.starts_with('*') && l.contains("toolchain") && l.contains("13.0"))
+            .any(|l| l.starts_with('*') && l.contains("nvcc 13.0"))
             && list
                 .lines()
                 .any(|l| l.starts_with('*') && l.contains("cutlass")),

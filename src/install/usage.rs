@@ -171,7 +171,8 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let home = dir.path();
         let install = home.join("toolchains/13.0-abc");
-        let project = Path::new("/work/p");
+        let project_dir = home.join("some-project");
+        let project = project_dir.as_path();
         record(home, &install, project).unwrap();
         let found = all(home);
         assert_eq!(found.len(), 1);
@@ -198,7 +199,7 @@ mod tests {
 
         // Not an install folder: nothing recorded.
         record(home, &home.join("elsewhere/x"), project).unwrap();
-        record(home, Path::new("/tmp/x"), project).unwrap();
+        record(home, &dir.path().join("outside/x"), project).unwrap();
         assert_eq!(all(home).len(), 1);
 
         // A file claiming another install than its name, garbage, or one too big is

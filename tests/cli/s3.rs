@@ -380,7 +380,7 @@ fn remote_keys_are_checked_and_unknown_ones_refused() {
             "is not an http(s) URL",
         ),
         (
-            "url = \"file:///tmp/x\"\nanonymous = true\n",
+            "url = \"file:///srv/kart-cache\"\nanonymous = true\n",
             "`anonymous = true` is a setting of object-store remotes",
         ),
     ] {

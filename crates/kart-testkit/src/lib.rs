@@ -1,11 +1,14 @@
 //! What kart's tests, benchmarks and reliability campaigns share and the product does
 //! not: real cache servers on loopback, HTTP ([`nginx`]), S3 ([`moto`]) and the Remote
-//! Execution API ([`buildgrid`]).
+//! Execution API ([`buildgrid`]), and a BuildGrid with remote execution ([`bgd_exec`],
+//! over a throwaway [`postgres`]).
 #![deny(missing_docs)]
 
+pub mod bgd_exec;
 pub mod buildgrid;
 pub mod moto;
 pub mod nginx;
+pub mod postgres;
 
 use std::path::{Path, PathBuf};
 

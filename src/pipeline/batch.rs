@@ -18,8 +18,8 @@ use std::time::Duration;
 
 use crate::model::ArtifactKind;
 use crate::pipeline::compile::{
-    CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, check_dependencies, finish, frame,
-    nvcc_args, parse_depfile, without_scratch,
+    CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, Local, Run, Runner, Tool,
+    check_dependencies, finish, frame, nvcc_args, parse_depfile, without_scratch,
 };
 use crate::pipeline::phases;
 use crate::pipeline::process::run_with_timeout;
@@ -101,6 +101,16 @@ pub fn compile_batch(
     jobs: &[CompileJob<'_>],
     scratch: &Path,
 ) -> Result<Vec<Result<CompileOutput, CompileFailure>>, BatchFailure> {
+    compile_batch_on(jobs, scratch, &Local)
+}
+
+/// [`compile_batch`], with nvcc and each ptxas run by `runner` (`nvcc --dryrun`, which
+/// only prints, runs here).
+pub fn compile_batch_on(
+    jobs: &[CompileJob<'_>],
+    scratch: &Path,
+    runner: &dyn Runner,
+) -> Result<Vec<Result<CompileOutput, CompileFailure>>, BatchFailure> {
     let first = jobs.first().ok_or("an empty batch")?;
     let batch_instances = jobs
         .iter()
@@ -133,10 +143,17 @@ pub fn compile_batch(
     let table = phases::table(&first.kernel.name, jobs.len());
     phases::add_time_arg(&mut args, table.as_deref());
     let timeout: Duration = jobs.iter().map(|j| j.timeout).sum();
-    let mut cmd = Command::new(&first.toolchain.nvcc);
-    cmd.args(&args).current_dir(first.root);
-    let outcome =
-        run_with_timeout(&mut cmd, timeout).map_err(|e| format!("cannot run nvcc: {e}"))?;
+    let run = Run {
+        tool: Tool::Nvcc,
+        args: &args,
+        scratch,
+        inputs: std::slice::from_ref(&main),
+        outputs: &[ptx_path.clone(), deps.clone()],
+        timeout,
+    };
+    let outcome = runner
+        .run(first, &run)
+        .map_err(|e| format!("cannot run nvcc: {e}"))?;
     if outcome.timed_out {
         return Err(format!("nvcc timed out after {} s", timeout.as_secs()).into());
     }
@@ -225,12 +242,18 @@ pub fn compile_batch(
                     String::new(),
                 )
             })?;
-            let mut cmd = Command::new(&ptxas.program);
-            cmd.args(&ptxas.args)
-                .arg(&ptx)
-                .arg("-o")
-                .arg(&cubin)
-                .current_dir(job.root);
+            let mut args = ptxas.args.clone();
+            args.push(ptx.display().to_string());
+            args.push("-o".into());
+            args.push(cubin.display().to_string());
+            let run = Run {
+                tool: Tool::Ptxas,
+                args: &args,
+                scratch,
+                inputs: std::slice::from_ref(&ptx),
+                outputs: std::slice::from_ref(&cubin),
+                timeout: job.timeout,
+            };
             let shown = format!(
                 "{} {} {} -o {}",
                 ptxas.program.display(),
@@ -238,7 +261,8 @@ pub fn compile_batch(
                 ptx.display(),
                 cubin.display()
             );
-            let run = run_with_timeout(&mut cmd, job.timeout)
+            let run = runner
+                .run(job, &run)
                 .map_err(|e| fail(format!("cannot run ptxas: {e}"), String::new()))?;
             phases::add_ptxas_row(
                 table.as_deref(),

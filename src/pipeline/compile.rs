@@ -11,7 +11,7 @@ use crate::cubin::{
 };
 use crate::model::ArtifactKind;
 use crate::model::Config;
-use crate::pipeline::process::run_with_timeout;
+use crate::pipeline::process::{ProcessOutcome, run_with_timeout};
 use crate::project::Kernel;
 use crate::project::entry::{TemplateEntry, find_symbols, plain_symbol, translation_unit};
 use crate::signature::check_signature;
@@ -73,6 +73,65 @@ impl std::fmt::Display for CompileFailure {
             write!(f, "\n{}", self.details)?;
         }
         Ok(())
+    }
+}
+
+/// A program of the toolkit that a compile runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Tool {
+    /// nvcc (`job.toolchain.nvcc`).
+    Nvcc,
+    /// ptxas of the fingerprinted toolkit (`bin/ptxas`), run by a batch per config.
+    Ptxas,
+}
+
+impl Tool {
+    /// The program's path on this machine.
+    pub fn local_path(self, job: &CompileJob<'_>) -> PathBuf {
+        match self {
+            Tool::Nvcc => job.toolchain.nvcc.clone(),
+            Tool::Ptxas => job.toolchain.root.join("bin").join("ptxas"),
+        }
+    }
+}
+
+/// One run of a toolkit program for a compile: `args` name files relative to the
+/// project root (its sources, include folders, header libraries) or inside `scratch`,
+/// the compile's private folder, which holds the files kart generated for it (`inputs`)
+/// and receives the files the program writes (`outputs`).
+#[derive(Clone, Copy, Debug)]
+pub struct Run<'a> {
+    /// The program.
+    pub tool: Tool,
+    /// Its arguments, as a local run passes them.
+    pub args: &'a [String],
+    /// The compile's private folder.
+    pub scratch: &'a Path,
+    /// Files of `scratch` the program reads.
+    pub inputs: &'a [PathBuf],
+    /// Files of `scratch` the program writes.
+    pub outputs: &'a [PathBuf],
+    /// Kill it after this long.
+    pub timeout: Duration,
+}
+
+/// Where a compile's programs run: here ([`Local`]), or on a remote executor, which
+/// runs the same command line and puts the same output files into `scratch`. Either
+/// way the compile checks and reads what came back with the same code.
+pub trait Runner: Sync {
+    /// Runs `run` for `job` and says how it ended; an error when it could not be run.
+    fn run(&self, job: &CompileJob<'_>, run: &Run<'_>) -> std::io::Result<ProcessOutcome>;
+}
+
+/// Runs each program on this machine, in the project root.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct Local;
+
+impl Runner for Local {
+    fn run(&self, job: &CompileJob<'_>, run: &Run<'_>) -> std::io::Result<ProcessOutcome> {
+        let mut cmd = Command::new(run.tool.local_path(job));
+        cmd.args(run.args).current_dir(job.root);
+        run_with_timeout(&mut cmd, run.timeout)
     }
 }
 
@@ -187,6 +246,15 @@ fn key_input_failure(e: crate::error::Error) -> CompileFailure {
 
 /// Runs nvcc for `job` in `scratch` (a private folder) and checks what it wrote.
 pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, CompileFailure> {
+    compile_on(job, scratch, &Local)
+}
+
+/// [`compile`], with nvcc run by `runner`.
+pub fn compile_on(
+    job: &CompileJob<'_>,
+    scratch: &Path,
+    runner: &dyn Runner,
+) -> Result<CompileOutput, CompileFailure> {
     let out = scratch.join(match job.kind {
         ArtifactKind::Cubin => "out.cubin",
         ArtifactKind::Ptx => "out.ptx",
@@ -227,9 +295,20 @@ pub fn compile(job: &CompileJob<'_>, scratch: &Path) -> Result<CompileOutput, Co
         &mut args,
         crate::pipeline::phases::table(&job.kernel.name, 1).as_deref(),
     );
-    let mut cmd = Command::new(&job.toolchain.nvcc);
-    cmd.args(&args).current_dir(job.root);
-    let outcome = run_with_timeout(&mut cmd, job.timeout).map_err(|e| CompileFailure {
+    let generated = if instances.is_empty() {
+        Vec::new()
+    } else {
+        vec![main.clone()]
+    };
+    let run = Run {
+        tool: Tool::Nvcc,
+        args: &args,
+        scratch,
+        inputs: &generated,
+        outputs: &[out.clone(), deps.clone()],
+        timeout: job.timeout,
+    };
+    let outcome = runner.run(job, &run).map_err(|e| CompileFailure {
         summary: format!("cannot run `{}`: {e}", job.toolchain.nvcc.display()),
         details: String::new(),
         disk_full: false,

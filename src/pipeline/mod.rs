@@ -13,6 +13,7 @@ mod plan;
 pub mod process;
 pub mod ptx;
 mod pull;
+pub mod remote_exec;
 mod reporter;
 pub mod smoke;
 
@@ -28,7 +29,7 @@ use std::time::Duration;
 
 use crate::error::{Error, Result};
 use crate::model::ParamValue;
-use crate::pipeline::compile::{CompileFailure, CompileJob, compile};
+use crate::pipeline::compile::{CompileFailure, CompileJob, Runner, compile_on};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::store::{ActionEntry, ENTRY_FORMAT};
 use crate::toolchain::Toolchain;
@@ -89,6 +90,9 @@ pub struct BuildOptions {
     /// Configs per front-end pass for kernels with template entries (`--batch`; 1
     /// compiles each alone); `None`: kart chooses ([`batch::auto_size`]).
     pub batch: Option<usize>,
+    /// Run the compiles on a Remote Execution API server (`--executor`); `jobs` is then
+    /// how many run there at once.
+    pub executor: Option<remote_exec::ExecutorOptions>,
 }
 
 impl Default for BuildOptions {
@@ -107,6 +111,7 @@ impl Default for BuildOptions {
             fail_fast: false,
             keep_temps: false,
             batch: None,
+            executor: None,
         }
     }
 }
@@ -309,6 +314,15 @@ fn compile_all(
     let host_compiler = toolchain.host_compiler();
     let past = past_compile_times(ws, old_lock, jobs);
     let batches = batches(ws, toolchain, jobs, &past, options);
+    let note = |message: &str| reporter.note(message);
+    let remote = options
+        .executor
+        .clone()
+        .map(|executor| remote_exec::RemoteRunner::new(executor, &note));
+    let runner: &dyn Runner = match &remote {
+        Some(remote) => remote,
+        None => &crate::pipeline::compile::Local,
+    };
     let outcomes = crate::pool::parallel_map(&batches, options.jobs, |batch| {
         if stop.load(Ordering::Relaxed) {
             skipped.fetch_add(batch.len(), Ordering::Relaxed);
@@ -322,6 +336,7 @@ fn compile_all(
             &host_compiler,
             &stop,
             reporter,
+            runner,
         );
         let mut failed = Vec::new();
         for (p, result) in batch.iter().zip(results) {
@@ -367,6 +382,21 @@ fn compile_all(
         })
         .collect();
     failures.extend(infeasible_rules(ws, &over_limits));
+    if let Some(remote) = &remote {
+        let stats = remote.stats();
+        reporter.note(&format!(
+            "executor: {} compile step(s) ran remotely, {} here ({} after a failure of the executor); \
+             uploaded {} blob(s), {:.1} MB; the toolkit's {} files ({:.0} MB) hashed in {:.2} s",
+            stats.remote,
+            stats.local,
+            stats.fallbacks,
+            stats.uploaded_blobs,
+            stats.uploaded_bytes as f64 / 1e6,
+            stats.toolkit_files,
+            stats.toolkit_bytes as f64 / 1e6,
+            stats.toolkit_hash_ms as f64 / 1000.0,
+        ));
+    }
     let skipped = skipped.into_inner();
     if skipped > 0 {
         reporter.note(&format!(
@@ -495,6 +525,7 @@ fn longest_first<T>(compiles: Vec<(bool, Option<u64>, T)>) -> Vec<T> {
 /// Compiles one batch: through one front-end pass when it holds several configs,
 /// falling back to each config alone if that fails. One result per member, `None` for
 /// a member not compiled because `stop` was set (`--fail-fast`).
+#[allow(clippy::too_many_arguments)]
 fn compile_batch_or_each(
     ws: &Workspace,
     toolchain: &Toolchain,
@@ -503,6 +534,7 @@ fn compile_batch_or_each(
     host_compiler: &str,
     stop: &std::sync::atomic::AtomicBool,
     reporter: &dyn BuildReporter,
+    runner: &dyn Runner,
 ) -> Vec<Option<std::result::Result<Duration, CompileFailure>>> {
     if batch.len() > 1
         && let Ok(scratch) = ws.store.scratch_dir()
@@ -514,7 +546,7 @@ fn compile_batch_or_each(
         for p in batch {
             crate::failpoint::hit("build.compile", &p.key);
         }
-        match batch::compile_batch(&jobs, scratch.path()) {
+        match batch::compile_batch_on(&jobs, scratch.path(), runner) {
             Ok(results) => {
                 let mut out = Vec::new();
                 for (p, result) in batch.iter().zip(results) {
@@ -537,6 +569,7 @@ fn compile_batch_or_each(
                                 options.timeout,
                                 host_compiler,
                                 options.keep_temps,
+                                runner,
                             )
                         }
                     }));
@@ -566,6 +599,7 @@ fn compile_batch_or_each(
                 options.timeout,
                 host_compiler,
                 options.keep_temps,
+                runner,
             ))
         })
         .collect()
@@ -596,11 +630,12 @@ fn compile_one(
     timeout: Duration,
     host_compiler: &str,
     keep_temps: bool,
+    runner: &dyn Runner,
 ) -> std::result::Result<Duration, CompileFailure> {
     let scratch = ws.store.scratch_dir().map_err(store_failure)?;
     let job = compile_job(ws, toolchain, p, timeout);
     crate::failpoint::hit("build.compile", &p.key);
-    let out = match compile(&job, scratch.path()) {
+    let out = match compile_on(&job, scratch.path(), runner) {
         Ok(out) => out,
         Err(mut failure) if keep_temps => {
             match keep_scratch(ws, &job, &p.key, scratch, &failure) {

@@ -16,11 +16,13 @@
 //! (`guard`).
 
 mod check;
+pub mod exec;
 mod folder;
 pub mod grpc;
 mod guard;
 mod http;
 pub mod layered;
+pub mod merkle;
 pub mod reapi;
 mod s3;
 mod settings;

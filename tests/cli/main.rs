@@ -5,6 +5,7 @@
 //! library and no variant (those have their own files beside this one).
 
 mod bounds;
+mod executor;
 mod fleet;
 mod harness;
 mod libraries;

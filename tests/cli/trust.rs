@@ -83,7 +83,7 @@ fn copy_from_repo(p: &TestProject, rel: &str) {
 }
 
 /// A project holding the repository's `cute_gemm` and its pinned CUTLASS headers.
-fn cute_project() -> TestProject {
+pub(crate) fn cute_project() -> TestProject {
     let p = TestProject::new(&["sm_90a"]);
     std::fs::create_dir_all(p.root().join("kernels")).unwrap();
     copy_from_repo(&p, "kernels/cute_gemm");

@@ -139,6 +139,8 @@ pub struct BuildSummary {
     pub digests_matched: usize,
     /// Lock digests with no action entry to compare with (`--locked`).
     pub digests_unchecked: usize,
+    /// What the remote executor did, when there was one.
+    pub executor: Option<remote_exec::ExecStats>,
 }
 
 /// Runs `kart build` in `workspace`.
@@ -233,7 +235,7 @@ pub fn build(
         ));
     }
 
-    let (failed_count, failures) =
+    let (failed_count, failures, executor) =
         compile_all(ws, &toolchain, &to_compile, &old_lock, options, reporter);
     let compiled = to_compile.len() - failed_count;
 
@@ -243,6 +245,7 @@ pub fn build(
         from_remote,
         downloaded: pulled.blobs,
         compiled,
+        executor,
         ..BuildSummary::default()
     };
     if options.push
@@ -299,8 +302,9 @@ pub fn build(
     Ok(summary)
 }
 
-/// Compiles `jobs` on `options.jobs` threads; returns how many failed, and one line
-/// per distinct error with the artifacts it hit.
+/// Compiles `jobs` on `options.jobs` threads (on the executor, if any); returns how many
+/// failed, one line per distinct error with the artifacts it hit, and what the executor
+/// did.
 fn compile_all(
     ws: &Workspace,
     toolchain: &Toolchain,
@@ -308,7 +312,7 @@ fn compile_all(
     old_lock: &Lockfile,
     options: &BuildOptions,
     reporter: &dyn BuildReporter,
-) -> (usize, Vec<String>) {
+) -> (usize, Vec<String>, Option<remote_exec::ExecStats>) {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let skipped = AtomicUsize::new(0);
     let host_compiler = toolchain.host_compiler();
@@ -384,9 +388,12 @@ fn compile_all(
     failures.extend(infeasible_rules(ws, &over_limits));
     if let Some(remote) = &remote {
         let stats = remote.stats();
+        let per = |ms: u64| ms as f64 / 1000.0 / stats.remote.max(1) as f64;
         reporter.note(&format!(
             "executor: {} compile step(s) ran remotely, {} here ({} after a failure of the executor); \
-             uploaded {} blob(s), {:.1} MB; the toolkit's {} files ({:.0} MB) hashed in {:.2} s",
+             uploaded {} blob(s), {:.1} MB; the toolkit's {} files ({:.0} MB) hashed in {:.2} s; \
+             per remote step: {:.2} s to prepare and upload, {:.2} s queued, {:.2} s on a worker, \
+             {:.2} s to download",
             stats.remote,
             stats.local,
             stats.fallbacks,
@@ -395,6 +402,10 @@ fn compile_all(
             stats.toolkit_files,
             stats.toolkit_bytes as f64 / 1e6,
             stats.toolkit_hash_ms as f64 / 1000.0,
+            per(stats.prepare_ms),
+            per(stats.queued_ms),
+            per(stats.worker_ms),
+            per(stats.download_ms),
         ));
     }
     let skipped = skipped.into_inner();
@@ -403,7 +414,7 @@ fn compile_all(
             "--fail-fast: {skipped} artifact(s) not compiled after the first failure"
         ));
     }
-    (failed_count, failures)
+    (failed_count, failures, remote.map(|r| r.stats()))
 }
 
 /// For each kernel with configs over a resource limit, the `require` rule that excludes

@@ -130,6 +130,17 @@ pub struct ExecStats {
     pub toolkit_files: usize,
     /// Bytes of the toolkit in each action's input root.
     pub toolkit_bytes: u64,
+    /// Milliseconds, summed over the actions run remotely: building each action and
+    /// uploading what the server lacked (the toolkit's first upload included).
+    pub prepare_ms: u64,
+    /// Waiting in `Execute` (queue and run, as seen from here).
+    pub execute_ms: u64,
+    /// Queued on the server: from the result's metadata, queued to a worker's start.
+    pub queued_ms: u64,
+    /// Running on a worker (the result's metadata).
+    pub worker_ms: u64,
+    /// Downloading the outputs.
+    pub download_ms: u64,
 }
 
 /// A counting semaphore for the compiles run here.
@@ -182,6 +193,22 @@ pub struct RemoteRunner<'a> {
     toolkit_hash_ms: AtomicU64,
     toolkit_files: AtomicUsize,
     toolkit_bytes: AtomicU64,
+    /// prepare, execute, queued, worker, download (see [`ExecStats`]).
+    times: [AtomicU64; 5],
+}
+
+/// Milliseconds from `from` to `to`, timestamps of an action's metadata (0 if unset).
+fn span_ms(
+    from: &Option<bazel_remote_apis::google::protobuf::Timestamp>,
+    to: &Option<bazel_remote_apis::google::protobuf::Timestamp>,
+) -> u64 {
+    let ms = |t: &bazel_remote_apis::google::protobuf::Timestamp| {
+        t.seconds as i128 * 1000 + i128::from(t.nanos) / 1_000_000
+    };
+    match (from, to) {
+        (Some(a), Some(b)) => (ms(b) - ms(a)).clamp(0, i128::from(u32::MAX)) as u64,
+        _ => 0,
+    }
 }
 
 /// One action, ready to upload and execute.
@@ -227,7 +254,12 @@ impl<'a> RemoteRunner<'a> {
             toolkit_hash_ms: AtomicU64::new(0),
             toolkit_files: AtomicUsize::new(0),
             toolkit_bytes: AtomicU64::new(0),
+            times: Default::default(),
         }
+    }
+
+    fn add_time(&self, which: usize, ms: u64) {
+        self.times[which].fetch_add(ms, Ordering::Relaxed);
     }
 
     /// What this runner did so far.
@@ -242,6 +274,11 @@ impl<'a> RemoteRunner<'a> {
             toolkit_hash_ms: self.toolkit_hash_ms.load(Ordering::Relaxed),
             toolkit_files: self.toolkit_files.load(Ordering::Relaxed),
             toolkit_bytes: self.toolkit_bytes.load(Ordering::Relaxed),
+            prepare_ms: self.times[0].load(Ordering::Relaxed),
+            execute_ms: self.times[1].load(Ordering::Relaxed),
+            queued_ms: self.times[2].load(Ordering::Relaxed),
+            worker_ms: self.times[3].load(Ordering::Relaxed),
+            download_ms: self.times[4].load(Ordering::Relaxed),
         }
     }
 
@@ -495,8 +532,19 @@ impl<'a> RemoteRunner<'a> {
     ) -> Result<ProcessOutcome, ExecFailure> {
         let start = Instant::now();
         self.upload(&spec.blobs)?;
+        self.add_time(0, start.elapsed().as_millis() as u64);
         let deadline = self.options.deadline.unwrap_or(run.timeout + DEFAULT_SLACK);
+        let executing = Instant::now();
         let result = self.options.executor.execute(&spec.digest, deadline)?;
+        self.add_time(1, executing.elapsed().as_millis() as u64);
+        if let Some(m) = &result.execution_metadata {
+            self.add_time(2, span_ms(&m.queued_timestamp, &m.worker_start_timestamp));
+            self.add_time(
+                3,
+                span_ms(&m.worker_start_timestamp, &m.worker_completed_timestamp),
+            );
+        }
+        let downloading = Instant::now();
         let executor = &self.options.executor;
         let text = |raw: &[u8], digest: &Option<re::Digest>| -> Result<String, ExecFailure> {
             let bytes = match digest {
@@ -552,6 +600,7 @@ impl<'a> RemoteRunner<'a> {
                 })?;
             }
         }
+        self.add_time(4, downloading.elapsed().as_millis() as u64);
         let status = if (0..=255).contains(&code) {
             std::process::ExitStatus::from_raw(code << 8)
         } else {
@@ -578,9 +627,11 @@ impl Runner for RemoteRunner<'_> {
             self.fallbacks.fetch_add(1, Ordering::Relaxed);
             return self.run_here(job, run);
         }
-        let outcome = self
-            .action(job, run)
-            .and_then(|spec| spec.map(|spec| self.execute(job, run, &spec)).transpose());
+        let preparing = Instant::now();
+        let outcome = self.action(job, run).and_then(|spec| {
+            self.add_time(0, preparing.elapsed().as_millis() as u64);
+            spec.map(|spec| self.execute(job, run, &spec)).transpose()
+        });
         match outcome {
             Ok(None) => self.run_here(job, run),
             Ok(Some(remote)) if remote.status.is_some_and(|s| s.success()) => {

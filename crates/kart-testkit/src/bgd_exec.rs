@@ -160,6 +160,9 @@ impl BuildGridExec {
   - !channel
     address: "127.0.0.1:{port}"
     insecure-mode: true
+# One server per port: two tests' servers must never share one.
+grpc-server-options:
+  grpc.so_reuseport: 0
 authorization:
   method: none
 connections:

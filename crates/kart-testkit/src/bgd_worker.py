@@ -165,6 +165,36 @@ def digest_of(data):
     return re_pb2.Digest(hash=hashlib.sha256(data).hexdigest(), size_bytes=len(data))
 
 
+def flip_code_byte(data):
+    """`data` (an ELF cubin) with one byte of its first code section (`.text.*`)
+    flipped: still a well-formed cubin with the same entries, but other bytes (the
+    middle of the file when no code section is found)."""
+    at = len(data) // 2
+    try:
+        shoff = int.from_bytes(data[0x28:0x30], "little")
+        shentsize = int.from_bytes(data[0x3A:0x3C], "little")
+        shnum = int.from_bytes(data[0x3C:0x3E], "little")
+        shstrndx = int.from_bytes(data[0x3E:0x40], "little")
+
+        def section(i):
+            h = data[shoff + i * shentsize : shoff + (i + 1) * shentsize]
+            name = int.from_bytes(h[0:4], "little")
+            offset = int.from_bytes(h[0x18:0x20], "little")
+            size = int.from_bytes(h[0x20:0x28], "little")
+            return name, offset, size
+
+        _, strings, _ = section(shstrndx)
+        for i in range(shnum):
+            name, offset, size = section(i)
+            end = data.index(b"\0", strings + name)
+            if data[strings + name : end].startswith(b".text") and size > 0:
+                at = offset + size // 2
+                break
+    except (ValueError, IndexError):
+        pass
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+
+
 def lay_out(cas, root_digest, folder):
     """Writes the input root `root_digest` into `folder`."""
     directories = {}
@@ -281,8 +311,7 @@ class Running:
                 with open(path, "rb") as f:
                     data = f.read()
                 if self.mode == "corrupt" and out.endswith(".cubin") and data:
-                    middle = len(data) // 2
-                    data = data[:middle] + bytes([data[middle] ^ 0xFF]) + data[middle + 1 :]
+                    data = flip_code_byte(data)
                 d = digest_of(data)
                 blobs.append(data)
                 result.output_files.add(

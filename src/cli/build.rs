@@ -51,6 +51,12 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
     if options.remote.is_none() && (args.push || args.entries_only) {
         return Err(kart::remote::transfer::no_remote_error());
     }
+    if !args.locked
+        && let Some((executor, jobs)) = open_executor(cli, ws, args)?
+    {
+        options.jobs = args.jobs.unwrap_or(jobs);
+        options.executor = Some(executor);
+    }
     let mut reporter = CliReporter::new(cli.quiet);
     reporter.bar = build_bar(cli.quiet, args.locked);
     let reporter_ref = &reporter;
@@ -122,6 +128,55 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// The executor to compile on (`--executor`, else kart.toml's `[executor]`), with how
+/// many compiles to send at once; `None` without one or with `--no-executor`.
+fn open_executor(
+    cli: &Cli,
+    ws: &Workspace,
+    args: &BuildArgs,
+) -> Result<Option<(kart::pipeline::remote_exec::ExecutorOptions, usize)>> {
+    if args.no_executor {
+        return Ok(None);
+    }
+    let config = ws.project.executor.as_ref();
+    let Some(url) = args
+        .executor
+        .clone()
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| config.map(|c| c.url.clone()))
+    else {
+        return Ok(None);
+    };
+    let jobs = config.map_or(kart::project::DEFAULT_EXECUTOR_JOBS, |c| c.jobs);
+    // The token goes only where the remote cache's rules let it: to a URL given with it
+    // (--executor, KART_EXECUTOR) or named by KART_REMOTE_TOKEN_URL.
+    let token = std::env::var(kart::remote::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .filter(|_| {
+            let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
+            match kart::remote::token_allowed(&url, args.executor.as_deref(), token_url.as_deref())
+            {
+                Ok(()) => true,
+                Err(why) => {
+                    if !cli.quiet {
+                        eprintln!("warning: {why}");
+                    }
+                    false
+                }
+            }
+        });
+    let executor = kart::remote::exec::open(&url, jobs, token)?;
+    let options = kart::pipeline::remote_exec::ExecutorOptions {
+        executor,
+        deadline: args
+            .executor_timeout
+            .or_else(|| config.and_then(|c| c.timeout)),
+        local_jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),
+    };
+    Ok(Some((options, jobs)))
 }
 
 fn replay_warnings(

@@ -456,6 +456,21 @@ pub struct BuildArgs {
     /// CI job that only writes kart.lock.
     #[arg(long)]
     pub entries_only: bool,
+    /// Compile on a Remote Execution API (REAPI v2) server such as BuildGrid or
+    /// Buildbarn: `grpc://HOST:PORT[/INSTANCE]` (`grpcs://` for TLS). Overrides
+    /// `[executor] url` of kart.toml. Each compile runs there with the pinned toolkit
+    /// sent along; one the executor cannot run is compiled here, with one warning, and
+    /// the bytes are the same either way. --jobs is then how many are sent at once
+    /// (default `[executor] jobs`, 64).
+    #[arg(long, value_name = "URL", env = "KART_EXECUTOR", conflicts_with_all = ["locked", "explain_grid"])]
+    pub executor: Option<String>,
+    /// Compile here, even when kart.toml names an executor.
+    #[arg(long, conflicts_with = "executor")]
+    pub no_executor: bool,
+    /// Seconds to wait for one compile's result from the executor before compiling it
+    /// here (default `[executor] timeout`, else --timeout plus two minutes).
+    #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub executor_timeout: Option<Duration>,
 }
 
 /// A positive number of seconds (`5`, `0.5`).

@@ -48,6 +48,24 @@ pub struct RemoteConfig {
     pub budget: Option<std::time::Duration>,
 }
 
+/// The Remote Execution API server that compiles run on, as `kart.toml`'s `[executor]`
+/// declares it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ExecutorConfig {
+    /// `grpc://HOST:PORT/INSTANCE` (or `grpcs://` for TLS; the instance name is
+    /// optional).
+    pub url: String,
+    /// Compiles sent at once (`jobs`): far more than the local cores, since they run on
+    /// the cluster's workers.
+    pub jobs: usize,
+    /// How long to wait for one compile's result before compiling here (`timeout`,
+    /// seconds); `None`: the compile's own timeout plus two minutes.
+    pub timeout: Option<std::time::Duration>,
+}
+
+/// Compiles sent to an executor at once unless `[executor] jobs` says otherwise.
+pub const DEFAULT_EXECUTOR_JOBS: usize = 64;
+
 /// A parsed and validated project: `kart.toml` and every kernel under its kernels folder.
 #[derive(Clone, Debug)]
 pub struct Project {
@@ -67,6 +85,8 @@ pub struct Project {
     pub libraries: BTreeMap<String, crate::project::library::Library>,
     /// The remote cache, if configured.
     pub remote: Option<RemoteConfig>,
+    /// The remote executor, if configured.
+    pub executor: Option<ExecutorConfig>,
     /// The GPUs of `[[fleet]]` (empty: none declared).
     pub fleet: Vec<crate::project::fleet::FleetGpu>,
     /// Kernels sorted by name.
@@ -124,6 +144,44 @@ impl Project {
             ));
         }
         let fleet = crate::project::fleet::fleet_from_raw(&file, &raw.fleet)?;
+        let executor = match raw.executor {
+            None => None,
+            Some(e) => {
+                let url = e.url.get_ref().trim().to_string();
+                if !(url.starts_with("grpc://") || url.starts_with("grpcs://")) {
+                    return Err(file.error(
+                        e.url.span(),
+                        format!("`[executor] url` must be a gRPC address, not `{url}`"),
+                        "write `url = \"grpc://HOST:PORT\"` (or `grpcs://` for TLS, and `/INSTANCE` after the port for an instance name)",
+                    ));
+                }
+                let jobs = match &e.jobs {
+                    None => DEFAULT_EXECUTOR_JOBS,
+                    Some(j) if (1..=4096).contains(j.get_ref()) => *j.get_ref() as usize,
+                    Some(j) => {
+                        return Err(file.error(
+                            j.span(),
+                            "`[executor] jobs` must be from 1 to 4096",
+                            format!("for example `jobs = {DEFAULT_EXECUTOR_JOBS}`"),
+                        ));
+                    }
+                };
+                let timeout = match &e.timeout {
+                    None => None,
+                    Some(t) if *t.get_ref() > 0.0 && *t.get_ref() <= 86_400.0 => {
+                        Some(Duration::from_secs_f64(*t.get_ref()))
+                    }
+                    Some(t) => {
+                        return Err(file.error(
+                            t.span(),
+                            "`[executor] timeout` must be a number of seconds above 0 (and at most a day)",
+                            "for example `timeout = 900`",
+                        ));
+                    }
+                };
+                Some(ExecutorConfig { url, jobs, timeout })
+            }
+        };
         let remote = match raw.remote {
             None => None,
             Some(r) => {
@@ -249,6 +307,7 @@ impl Project {
             components,
             libraries,
             remote,
+            executor,
             fleet,
             kernels,
             broken,

@@ -26,4 +26,6 @@ mod raw;
 
 pub use kernel::{Kernel, ParamMacros, VariantOf};
 pub use kernel_toml::KERNEL_FILE;
-pub use manifest::{BrokenKernel, PROJECT_FILE, Project, RemoteConfig};
+pub use manifest::{
+    BrokenKernel, DEFAULT_EXECUTOR_JOBS, ExecutorConfig, PROJECT_FILE, Project, RemoteConfig,
+};

@@ -84,6 +84,7 @@ pub(super) struct RawProject {
     pub(super) project: RawProjectSection,
     pub(super) toolchain: Option<RawToolchain>,
     pub(super) remote: Option<RawRemote>,
+    pub(super) executor: Option<RawExecutor>,
     #[serde(default)]
     pub(super) library: BTreeMap<Spanned<String>, Spanned<RawLibrary>>,
     #[serde(default)]
@@ -135,6 +136,14 @@ pub(super) struct RawRemote {
     pub(super) give_up_after: Option<Spanned<f64>>,
     pub(super) min_rate: Option<Spanned<f64>>,
     pub(super) budget: Option<Spanned<f64>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct RawExecutor {
+    pub(super) url: Spanned<String>,
+    pub(super) jobs: Option<Spanned<i64>>,
+    pub(super) timeout: Option<Spanned<f64>>,
 }
 
 #[derive(Deserialize)]

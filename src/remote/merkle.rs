@@ -18,55 +18,10 @@ use std::time::UNIX_EPOCH;
 use bazel_remote_apis::build::bazel::remote::execution::v2 as re;
 use prost::Message as _;
 
-use crate::digest::{sha256_file, sha256_hex};
+use crate::digest::sha256_file;
 use crate::error::{IoContext, Result};
 
-/// A blob's name in content-addressed storage: sha256 (lower-case hex) and size.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct Digest {
-    /// sha256 of the bytes, lower-case hex.
-    pub hash: String,
-    /// Length in bytes.
-    pub size: u64,
-}
-
-impl Digest {
-    /// The digest of `bytes`.
-    pub fn of(bytes: &[u8]) -> Digest {
-        Digest {
-            hash: sha256_hex(bytes),
-            size: bytes.len() as u64,
-        }
-    }
-
-    /// As the protocol writes it.
-    pub fn to_proto(&self) -> re::Digest {
-        re::Digest {
-            hash: self.hash.clone(),
-            size_bytes: self.size.min(i64::MAX as u64) as i64,
-        }
-    }
-
-    /// From the protocol, checked: a 64-digit lower-case hex hash and a size that is
-    /// not negative.
-    pub fn from_proto(d: &re::Digest) -> std::result::Result<Digest, String> {
-        if !crate::digest::is_sha256_hex(&d.hash) {
-            return Err(format!("`{}` is not a sha256 digest", d.hash));
-        }
-        let size = u64::try_from(d.size_bytes)
-            .map_err(|_| format!("digest {} has a negative size", d.hash))?;
-        Ok(Digest {
-            hash: d.hash.clone(),
-            size,
-        })
-    }
-}
-
-impl std::fmt::Display for Digest {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.hash, self.size)
-    }
-}
+pub use crate::remote::grpc::Digest;
 
 /// Where a blob's bytes are.
 #[derive(Clone, Debug)]

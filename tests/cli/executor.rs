@@ -295,3 +295,178 @@ fn the_same_compile_is_the_same_action_in_two_folders_and_a_source_change_change
     assert_ne!(root_a, root_c);
     assert_ne!(action_a, action_c);
 }
+// ---- Through a real BuildGrid on loopback, from the command line -------------------
+
+use kart_testkit::bgd_exec::{BuildGridExec, WorkerMode};
+
+use crate::harness::{skip, stderr, text};
+
+/// A BuildGrid with `workers`, or `None` (and the test counted as skipped) where
+/// BuildGrid or PostgreSQL is not installed.
+fn grid(test: &str, workers: &[WorkerMode]) -> Option<BuildGridExec> {
+    if !kart_testkit::bgd_exec::available() {
+        skip(
+            test,
+            "BuildGrid or PostgreSQL is not installed (scripts/test installs them)",
+        );
+        return None;
+    }
+    Some(BuildGridExec::start(workers).unwrap_or_else(|e| panic!("{e}")))
+}
+
+/// A small project: one plain kernel, two configs (fast to compile).
+fn small_project() -> TestProject {
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel(
+        "grid",
+        "out[threadIdx.x] = A * 1000 + B;",
+        "[params]\nA = [1, 2]\nB = [16]\n",
+    );
+    p
+}
+
+/// `kart build ARGS --executor URL` in `p`, with a deadline for each result.
+fn build_on(
+    p: &TestProject,
+    grid: &BuildGridExec,
+    args: &[&str],
+    deadline: &str,
+) -> std::process::Output {
+    let url = grid.url();
+    let mut all = vec!["build"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(&["--executor", &url, "--executor-timeout", deadline]);
+    p.kart(&all)
+}
+
+#[test]
+fn a_cute_config_built_through_buildgrid_has_the_committed_digest() {
+    let Some(grid) = grid(
+        "a_cute_config_built_through_buildgrid_has_the_committed_digest",
+        &[WorkerMode::Normal],
+    ) else {
+        return;
+    };
+    let p = cute_project();
+    let mut args = vec!["cute_gemm"];
+    let params: Vec<String> = CONFIG.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    for param in &params {
+        args.extend_from_slice(&["-p", param]);
+    }
+    let out = build_on(&p, &grid, &args, "900");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out),
+        grid.worker_logs()
+    );
+    assert_eq!(lock_digests(&p), [committed_digest()], "{}", text(&out));
+    assert_eq!(p.compiles(), 0, "compiled here:\n{}", text(&out));
+    assert!(
+        stderr(&out).contains("1 compile step(s) ran remotely"),
+        "{}",
+        text(&out)
+    );
+    assert!(!stderr(&out).contains("warning"), "{}", text(&out));
+}
+
+#[test]
+fn a_worker_lost_mid_action_ends_in_a_local_compile_with_one_warning() {
+    let Some(grid) = grid(
+        "a_worker_lost_mid_action_ends_in_a_local_compile_with_one_warning",
+        &[WorkerMode::Die],
+    ) else {
+        return;
+    };
+    let p = small_project();
+    let start = std::time::Instant::now();
+    let out = build_on(&p, &grid, &[], "20");
+    assert!(
+        out.status.success(),
+        "{}\n{}",
+        text(&out),
+        grid.worker_logs()
+    );
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert!(
+        grid.worker_logs().contains("exiting mid-action"),
+        "{}",
+        grid.worker_logs()
+    );
+    let err = stderr(&out);
+    assert_eq!(err.matches("warning").count(), 1, "{err}");
+    assert_eq!(p.compiles(), 2, "{err}");
+    // The lock is the one a local build writes.
+    let local = small_project();
+    local.ok(&["build"]);
+    assert_eq!(lock_digests(&p), lock_digests(&local));
+    assert_eq!(p.read("kart.lock"), local.read("kart.lock"));
+}
+
+#[test]
+fn a_server_that_stops_answering_ends_in_a_local_compile_with_one_warning() {
+    let Some(grid) = grid(
+        "a_server_that_stops_answering_ends_in_a_local_compile_with_one_warning",
+        &[WorkerMode::Normal],
+    ) else {
+        return;
+    };
+    grid.freeze_server();
+    let p = small_project();
+    let start = std::time::Instant::now();
+    let out = build_on(&p, &grid, &[], "20");
+    assert!(out.status.success(), "{}", text(&out));
+    assert!(
+        start.elapsed() < Duration::from_secs(120),
+        "took {:?}",
+        start.elapsed()
+    );
+    let err = stderr(&out);
+    assert_eq!(err.matches("warning").count(), 1, "{err}");
+    assert_eq!(p.compiles(), 2, "{err}");
+    let local = small_project();
+    local.ok(&["build"]);
+    assert_eq!(p.read("kart.lock"), local.read("kart.lock"));
+}
+
+#[test]
+fn a_worker_returning_other_bytes_fails_the_build_naming_the_key_and_both_digests() {
+    let Some(grid) = grid(
+        "a_worker_returning_other_bytes_fails_the_build_naming_the_key_and_both_digests",
+        &[WorkerMode::Corrupt],
+    ) else {
+        return;
+    };
+    let p = small_project();
+    p.ok(&["build"]);
+    let lock = p.read("kart.lock");
+    let digests = lock_digests(&p);
+    std::fs::remove_dir_all(p.root().join("artifacts")).unwrap();
+    let out = build_on(&p, &grid, &[], "300");
+    assert_eq!(
+        out.status.code(),
+        Some(1),
+        "{}\n{}",
+        text(&out),
+        grid.worker_logs()
+    );
+    let err = stderr(&out);
+    assert!(err.contains("disagree with their action entries"), "{err}");
+    let keys: Vec<&str> = lock
+        .lines()
+        .filter_map(|l| l.strip_prefix("key = \""))
+        .map(|k| k.trim_end_matches('"'))
+        .collect();
+    for (key, digest) in keys.iter().zip(&digests) {
+        // The message names each by its first 12 digits, as for a local mismatch.
+        assert!(
+            err.contains(&key[..12]) && err.contains(&digest[..12]),
+            "{key} {digest}: {err}"
+        );
+    }
+    assert_eq!(p.read("kart.lock"), lock, "the lock changed");
+}

@@ -374,7 +374,7 @@ def main():
                 running = None
             time.sleep(0.5)
             continue
-        leases = [l for l in session.leases if l.state in (LEASE_PENDING, LEASE_ACTIVE)]
+        leases = [x for x in session.leases if x.state in (LEASE_PENDING, LEASE_ACTIVE)]
         if not leases:
             running = None
             continue

@@ -1,6 +1,7 @@
 //! `kart build`: plan every artifact, take what the store has, compile the rest in
 //! parallel, write the lock. Also the `--locked` check and `explain`.
 
+mod action_paths;
 pub mod batch;
 pub mod compile;
 pub mod explain;

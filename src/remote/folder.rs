@@ -5,14 +5,12 @@
 
 use std::path::{Path, PathBuf};
 
-use super::check::{
-    MAX_BLOB_BYTES, MAX_ENTRY_BYTES, check_blob, checked_name, encode_entry, parse_entry,
-};
+use super::check::checked_name;
 use super::guard::Guard;
+use super::objects::ObjectRemote;
 use super::settings::RemoteSettings;
 use crate::error::{Error, IoContext, RemoteFailure, Result};
 use crate::store::fsutil::write_atomic;
-use crate::store::{ActionEntry, Storage, misnamed_blob};
 
 /// A remote cache in a folder.
 pub(super) struct FolderStorage {
@@ -36,6 +34,12 @@ impl FolderStorage {
 
     fn path(&self, kind: &str, name: &str) -> Result<PathBuf> {
         Ok(self.root.join(kind).join(checked_name(name)?))
+    }
+}
+
+impl ObjectRemote for FolderStorage {
+    fn shown(&self) -> &str {
+        &self.shown
     }
 
     fn exists(&self, kind: &str, name: &str) -> Result<bool> {
@@ -95,58 +99,21 @@ fn check_folder(root: &Path, shown: &str) -> Result<()> {
     }
 }
 
-impl Storage for FolderStorage {
-    fn location(&self) -> String {
-        self.shown.clone()
-    }
-    fn has_blob(&self, digest: &str, _size: Option<u64>) -> Result<bool> {
-        self.exists("cas", digest)
-    }
-    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
-        let limit = size.unwrap_or(MAX_BLOB_BYTES);
-        let Some(bytes) = self.read("cas", digest, limit)? else {
-            return Ok(None);
-        };
-        check_blob(
-            &format!("{}/cas/{digest}", self.shown),
-            digest,
-            size,
-            &bytes,
-        )?;
-        Ok(Some(bytes))
-    }
-    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
-        let actual = crate::digest::sha256_hex(bytes);
-        if actual != digest {
-            return Err(misnamed_blob(&self.shown, digest, &actual));
-        }
-        self.write("cas", digest, bytes)
-    }
-    fn has_entry(&self, key: &str) -> Result<bool> {
-        self.exists("ac", key)
-    }
-    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
-        let bytes = self.read("ac", key, MAX_ENTRY_BYTES)?;
-        match bytes {
-            Some(b) => parse_entry(&format!("{}/ac/{key}", self.shown), key, &b),
-            None => Ok(None),
-        }
-    }
-    fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
-        let json = encode_entry(&self.shown, entry)?;
-        self.write("ac", &entry.key, &json)
-    }
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::digest::sha256_hex;
+    use crate::remote::objects::Objects;
+    use crate::store::Storage;
     use std::time::{Duration, Instant};
 
-    fn folder(dir: &Path) -> FolderStorage {
+    fn folder(dir: &Path) -> Objects<FolderStorage> {
         let url = format!("file://{}", dir.display());
-        FolderStorage::open(&RemoteSettings::new(&url), dir.to_path_buf(), url)
+        Objects(FolderStorage::open(
+            &RemoteSettings::new(&url),
+            dir.to_path_buf(),
+            url,
+        ))
     }
 
     #[test]

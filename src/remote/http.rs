@@ -13,13 +13,11 @@
 
 use std::time::{Duration, Instant};
 
-use super::check::{
-    MAX_BLOB_BYTES, MAX_ENTRY_BYTES, check_blob, checked_name, encode_entry, parse_entry, too_large,
-};
+use super::check::{checked_name, too_large};
 use super::guard::{Attempt, Guard, secs};
+use super::objects::ObjectRemote;
 use super::settings::{MIN_PROGRESS_BYTES, RemoteSettings, Timeouts, strip_credentials};
 use crate::error::{Error, Result};
-use crate::store::{ActionEntry, Storage, misnamed_blob};
 
 /// What a request needs besides its method and URL.
 struct RequestParts<'a> {
@@ -295,51 +293,20 @@ impl HttpStorage {
     }
 }
 
-impl Storage for HttpStorage {
-    fn location(&self) -> String {
-        self.shown.clone()
+impl ObjectRemote for HttpStorage {
+    fn shown(&self) -> &str {
+        &self.shown
     }
-    fn has_blob(&self, digest: &str, _size: Option<u64>) -> Result<bool> {
+    fn exists(&self, kind: &str, name: &str) -> Result<bool> {
         Ok(self
-            .request(reqwest::Method::HEAD, "cas", digest, None, 0)?
+            .request(reqwest::Method::HEAD, kind, name, None, 0)?
             .is_some())
     }
-    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
-        let limit = size.unwrap_or(MAX_BLOB_BYTES);
-        let Some(bytes) = self.request(reqwest::Method::GET, "cas", digest, None, limit)? else {
-            return Ok(None);
-        };
-        check_blob(
-            &format!("{}/cas/{digest}", self.shown),
-            digest,
-            size,
-            &bytes,
-        )?;
-        Ok(Some(bytes))
+    fn read(&self, kind: &str, name: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        self.request(reqwest::Method::GET, kind, name, None, limit)
     }
-    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
-        let actual = crate::digest::sha256_hex(bytes);
-        if actual != digest {
-            return Err(misnamed_blob(&self.shown, digest, &actual));
-        }
-        self.request(reqwest::Method::PUT, "cas", digest, Some(bytes), 0)
-            .map(|_| ())
-    }
-    fn has_entry(&self, key: &str) -> Result<bool> {
-        Ok(self
-            .request(reqwest::Method::HEAD, "ac", key, None, 0)?
-            .is_some())
-    }
-    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
-        let bytes = self.request(reqwest::Method::GET, "ac", key, None, MAX_ENTRY_BYTES)?;
-        match bytes {
-            Some(b) => parse_entry(&format!("{}/ac/{key}", self.shown), key, &b),
-            None => Ok(None),
-        }
-    }
-    fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
-        let json = encode_entry(&self.shown, entry)?;
-        self.request(reqwest::Method::PUT, "ac", &entry.key, Some(&json), 0)
+    fn write(&self, kind: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        self.request(reqwest::Method::PUT, kind, name, Some(bytes), 0)
             .map(|_| ())
     }
 }

@@ -5,7 +5,10 @@
 //! [`layered`] puts the local store in front of any of them. [`Remote`] is an opened one
 //! with what the project says it may
 //! do (trusted, read-only); [`transfer`] copies blobs and entries between two storages
-//! (`kart fetch`, `kart push`, the build's `--push`).
+//! (`kart fetch`, `kart push`, the build's `--push`); [`probe`] is `kart doctor`'s look
+//! at a remote and an executor. The HTTP, folder and object-store backends keep the
+//! same layout of named objects and share one [`Storage`] implementation over it
+//! (`objects`).
 //!
 //! Nothing a remote sends is trusted: a blob is checked against the digest it was asked
 //! for (and the size the lock gives) before anyone sees it, an action entry is
@@ -23,6 +26,8 @@ mod guard;
 mod http;
 pub mod layered;
 pub mod merkle;
+mod objects;
+pub mod probe;
 pub mod reapi;
 mod s3;
 mod settings;
@@ -36,6 +41,7 @@ pub use settings::{
 
 use crate::error::{Error, Result};
 use crate::store::{ActionEntry, Storage};
+use objects::Objects;
 
 /// An opened remote cache: one [`Storage`] and what this run may do with it.
 pub struct Remote {
@@ -93,19 +99,22 @@ impl Remote {
         let base = url.as_str().trim_end_matches('/').to_string();
         let shown = strip_credentials(&base);
         let storage: Box<dyn Storage> = match url.scheme() {
-            "http" | "https" => Box::new(
+            "http" | "https" => Box::new(Objects(
                 http::HttpStorage::open(settings, base, shown.clone(), token).map_err(bad)?,
-            ),
+            )),
             "grpc" | "grpcs" => Box::new(reapi::ReapiStorage::open(settings, token)?),
-            "file" => Box::new(folder::FolderStorage::open(
+            "file" => Box::new(Objects(folder::FolderStorage::open(
                 settings,
                 url.to_file_path()
                     .map_err(|()| bad("not an absolute local path".into()))?,
                 shown.clone(),
-            )),
-            "s3" | "gs" | "az" => {
-                Box::new(s3::ObjectStorage::open(settings, &url, shown.clone(), env)?)
-            }
+            ))),
+            "s3" | "gs" | "az" => Box::new(Objects(s3::ObjectStorage::open(
+                settings,
+                &url,
+                shown.clone(),
+                env,
+            )?)),
             other => return Err(bad(format!("scheme `{other}` is not supported"))),
         };
         let anonymous = settings.anonymous && matches!(url.scheme(), "s3" | "gs" | "az");

@@ -1,141 +1,29 @@
-//! An object store as a remote cache: S3 and S3-compatible servers (`s3://bucket/prefix`),
-//! Google Cloud Storage (`gs://bucket/prefix`) and Azure Blob Storage
-//! (`az://container/prefix`), all through the `object_store` crate and one code path.
-//! The layout is the HTTP remote's: `{prefix}/cas/{sha256}` holds a blob's raw bytes and
-//! `{prefix}/ac/{key}` an action entry (JSON).
-//!
-//! object_store runs on a small tokio runtime of this backend's own; callers stay
-//! synchronous and may call from many threads at once. Its own retries are off: every
-//! request goes through the remote's [`Guard`], so an object store has the HTTP
-//! remote's clocks (first byte, stall, a whole deadline per attempt), retries, budget
-//! and breaker, and the two never multiply.
-//!
-//! Writes never overwrite: each is a conditional create (`If-None-Match: *` on S3), and
-//! an answer that the object exists counts as done, since a name is its content's
-//! digest (or an action key, whose first entry stays). Credentials come from the
-//! environment and appear in no message; an anonymous remote sends unsigned requests and
-//! never writes.
+//! The requests to an object store: each one under the remote's guard (deadline,
+//! retries, budget, breaker), with object_store's own retries off, and writes that
+//! never overwrite.
 
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use futures_util::StreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{
     ClientOptions, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, RetryConfig,
 };
 
-use super::check::{
-    MAX_BLOB_BYTES, MAX_ENTRY_BYTES, check_blob, checked_name, encode_entry, parse_entry, too_large,
+use super::config::{
+    CREDENTIAL_ENVS, Cloud, Env, REGION_ENVS, anonymous_write, object_prefix, s3_endpoint,
 };
-use super::guard::{Attempt, Guard, secs};
-use super::settings::{
-    ANONYMOUS_ENV, MIN_PROGRESS_BYTES, RemoteSettings, Timeouts, strip_credentials,
+use super::stream::{
+    Class, Stop, describe_http, first_byte, http_error, read_stream, redact, status_of,
 };
 use crate::error::{Error, RemoteFailure, Result};
-use crate::store::{ActionEntry, Storage, misnamed_blob};
-
-/// The environment variable that allows a plain `http://` endpoint that is not on
-/// this machine (object_store's and the AWS tools' name for it).
-pub const ALLOW_HTTP_ENV: &str = "AWS_ALLOW_HTTP";
-
-/// Where an S3 endpoint may come from when kart.toml names none, first found wins.
-const ENDPOINT_ENVS: [&str; 3] = ["AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL", "AWS_ENDPOINT"];
-
-/// Where an S3 region may come from when kart.toml names none, first found wins.
-const REGION_ENVS: [&str; 2] = ["AWS_REGION", "AWS_DEFAULT_REGION"];
-
-/// The AWS variables handed to object_store's credential chain: static keys, then web
-/// identity (OIDC, as GitHub Actions and EKS give it), then the container endpoints
-/// (ECS, EKS Pod Identity); with none of them, the EC2 instance metadata service.
-const CREDENTIAL_ENVS: [&str; 10] = [
-    "AWS_ACCESS_KEY_ID",
-    "AWS_SECRET_ACCESS_KEY",
-    "AWS_SESSION_TOKEN",
-    "AWS_WEB_IDENTITY_TOKEN_FILE",
-    "AWS_ROLE_ARN",
-    "AWS_ROLE_SESSION_NAME",
-    "AWS_ENDPOINT_URL_STS",
-    "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-    "AWS_CONTAINER_CREDENTIALS_FULL_URI",
-    "AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE",
-];
-
-/// Which service a URL names, for its builder and its hints.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Cloud {
-    S3,
-    Gcs,
-    Azure,
-}
-
-impl Cloud {
-    fn of(scheme: &str) -> Option<Cloud> {
-        match scheme {
-            "s3" => Some(Cloud::S3),
-            "gs" => Some(Cloud::Gcs),
-            "az" => Some(Cloud::Azure),
-            _ => None,
-        }
-    }
-
-    /// What to check when the service refuses a request.
-    fn credentials_hint(self, anonymous: bool) -> String {
-        if anonymous {
-            return format!(
-                "the requests were sent unsigned ({} or `anonymous = true`): the bucket must allow \
-                 anonymous reads of this prefix; or drop anonymous and set credentials",
-                ANONYMOUS_ENV
-            );
-        }
-        match self {
-            Cloud::S3 => "check the AWS credentials in the environment (AWS_ACCESS_KEY_ID, \
-                 AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN; or AWS_WEB_IDENTITY_TOKEN_FILE with \
-                 AWS_ROLE_ARN) and the bucket's policy; reads of a public bucket need none \
-                 with KART_REMOTE_ANONYMOUS=1"
-                .into(),
-            Cloud::Gcs => "check the Google credentials in the environment \
-                 (GOOGLE_APPLICATION_CREDENTIALS or GOOGLE_SERVICE_ACCOUNT) and the bucket's \
-                 permissions"
-                .into(),
-            Cloud::Azure => "check the Azure credentials in the environment \
-                 (AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY, a SAS token, or a \
-                 service principal) and the container's permissions"
-                .into(),
-        }
-    }
-}
-
-/// How a variable of the environment is read: the process's in the product, a map in
-/// tests (the process environment is shared by every test thread).
-pub(super) type Env<'a> = &'a dyn Fn(&str) -> Option<String>;
-
-/// The process environment, with empty values as unset.
-pub(super) fn process_env(name: &str) -> Option<String> {
-    std::env::var(name).ok().filter(|v| !v.is_empty())
-}
-
-/// A truthy environment value, as object_store and the AWS tools read them.
-fn truthy(value: Option<String>) -> bool {
-    value.is_some_and(|v| {
-        matches!(
-            v.trim().to_ascii_lowercase().as_str(),
-            "1" | "true" | "yes" | "on"
-        )
-    })
-}
-
-/// Whether `host` is this machine.
-fn is_loopback(host: &str) -> bool {
-    let host = host.trim_start_matches('[').trim_end_matches(']');
-    host.eq_ignore_ascii_case("localhost")
-        || host
-            .parse::<std::net::IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
-}
+use crate::remote::check::checked_name;
+use crate::remote::guard::{Attempt, Guard};
+use crate::remote::objects::ObjectRemote;
+use crate::remote::settings::RemoteSettings;
 
 /// A remote cache in an object store.
-pub(super) struct ObjectStorage {
+pub(in crate::remote) struct ObjectStorage {
     store: Arc<dyn ObjectStore>,
     prefix: ObjectPath,
     shown: String,
@@ -148,7 +36,7 @@ pub(super) struct ObjectStorage {
 impl ObjectStorage {
     /// Opens the bucket `url` names (no request is made). Errors of configuration (a
     /// plain-http endpoint, a malformed one, credentials half set) are usage errors.
-    pub(super) fn open(
+    pub(in crate::remote) fn open(
         settings: &RemoteSettings,
         url: &reqwest::Url,
         shown: String,
@@ -337,91 +225,6 @@ impl ObjectStorage {
         })
     }
 
-    fn exists(&self, kind: &str, name: &str) -> Result<bool> {
-        let (path, shown) = self.location(kind, name)?;
-        let t = self.guard.timeouts;
-        self.call("HEAD", &shown, 0, || async {
-            match first_byte(t, 0, self.store.head(&path)).await {
-                Err(why) => Attempt::TimedOut(why),
-                Ok(Ok(_)) => Attempt::Done(true),
-                Ok(Err(e)) => match self.classify(&e, &shown) {
-                    Class::Missing => Attempt::Done(false),
-                    other => other.into_attempt(),
-                },
-            }
-        })
-    }
-
-    /// The object `kind/name`, at most `limit` bytes; `Ok(None)` when there is none.
-    fn read(&self, kind: &str, name: &str, limit: u64) -> Result<Option<Vec<u8>>> {
-        let (path, shown) = self.location(kind, name)?;
-        let t = self.guard.timeouts;
-        self.call("GET", &shown, limit, || async {
-            let result = match first_byte(t, 0, self.store.get(&path)).await {
-                Err(why) => return Attempt::TimedOut(why),
-                Ok(Ok(result)) => result,
-                Ok(Err(e)) => {
-                    return match self.classify(&e, &shown) {
-                        Class::Missing => Attempt::Done(None),
-                        other => other.into_attempt(),
-                    };
-                }
-            };
-            if result.meta.size > limit {
-                return Attempt::Fail(Error::Remote {
-                    url: shown.clone(),
-                    message: format!(
-                        "announces {} bytes, more than the {limit} expected",
-                        result.meta.size
-                    ),
-                    failure: RemoteFailure::Corrupt,
-                    hint: Some("nothing was stored".into()),
-                });
-            }
-            // The announced size is at most the limit: room for it at once.
-            let announced = result.meta.size;
-            match read_stream(result.into_stream(), announced, limit, t.stall, &shown).await {
-                Ok(bytes) => Attempt::Done(Some(bytes)),
-                Err(Stop::Fail(e)) => Attempt::Fail(e),
-                Err(Stop::Stalled(why)) => Attempt::TimedOut(why),
-                Err(Stop::Broken(e)) => match self.classify(&e, &shown) {
-                    Class::Retry(why) => Attempt::Retry(format!("the transfer broke off: {why}")),
-                    other => other.into_attempt(),
-                },
-            }
-        })
-    }
-
-    /// Creates the object `kind/name` unless it exists; one that does is left as it
-    /// is, and that counts as done.
-    fn create(&self, kind: &str, name: &str, bytes: Vec<u8>) -> Result<()> {
-        if self.anonymous {
-            return Err(anonymous_write(&self.shown));
-        }
-        let (path, shown) = self.location(kind, name)?;
-        let t = self.guard.timeouts;
-        let size = bytes.len() as u64;
-        let payload = PutPayload::from(bytes);
-        self.call("PUT", &shown, size, || async {
-            let options = PutOptions::from(PutMode::Create);
-            let put = self.store.put_opts(&path, payload.clone(), options);
-            match first_byte(t, size, put).await {
-                Err(why) => Attempt::TimedOut(why),
-                Ok(Ok(_)) => Attempt::Done(()),
-                Ok(Err(e)) => match self.classify(&e, &shown) {
-                    Class::Exists => Attempt::Done(()),
-                    Class::Missing => Attempt::Fail(Error::Remote {
-                        url: shown.clone(),
-                        message: "PUT answered 404 Not Found: the bucket does not exist".into(),
-                        failure: RemoteFailure::Refused,
-                        hint: Some("create the bucket, or fix the remote URL".into()),
-                    }),
-                    other => other.into_attempt(),
-                },
-            }
-        })
-    }
-
     /// What an error of object_store means here.
     fn classify(&self, e: &object_store::Error, shown: &str) -> Class {
         use object_store::Error as E;
@@ -492,269 +295,103 @@ impl ObjectStorage {
     }
 }
 
-/// What an object_store error means for one attempt.
-enum Class {
-    Missing,
-    Exists,
-    Retry(String),
-    TimedOut(String),
-    Fail(Error),
-}
-
-impl Class {
-    /// As the guard takes it (`Missing` and `Exists` are each call's to handle).
-    fn into_attempt<T>(self) -> Attempt<T> {
-        match self {
-            Class::Retry(why) => Attempt::Retry(why),
-            Class::TimedOut(why) => Attempt::TimedOut(why),
-            Class::Fail(e) => Attempt::Fail(e),
-            Class::Missing => Attempt::Retry("the object vanished while it was read".into()),
-            Class::Exists => Attempt::Retry("the server answered that the object exists".into()),
-        }
+impl ObjectRemote for ObjectStorage {
+    fn shown(&self) -> &str {
+        &self.shown
     }
-}
 
-/// Waits for a request's answer no longer than the first-byte clock (one stall period
-/// more per MiB uploaded); `Err` says why it stopped waiting.
-async fn first_byte<T>(
-    t: Timeouts,
-    upload: u64,
-    request: impl std::future::Future<Output = T>,
-) -> std::result::Result<T, String> {
-    let wait = t.first_byte + t.stall.saturating_mul((upload >> 20) as u32);
-    tokio::time::timeout(wait, request)
-        .await
-        .map_err(|_| format!("no answer within {} s of sending the request", secs(wait)))
-}
-
-/// Why a body was not read to its end.
-enum Stop {
-    /// Final (too large).
-    Fail(Error),
-    /// Moved too little for too long.
-    Stalled(String),
-    /// The stream failed.
-    Broken(object_store::Error),
-}
-
-/// Reads a body of at most `limit` bytes (`announced` is room made at the start); a
-/// body that moves less than [`MIN_PROGRESS_BYTES`] in `stall` is stalled.
-async fn read_stream<B: AsRef<[u8]>>(
-    mut stream: impl futures_util::Stream<Item = object_store::Result<B>> + Unpin,
-    announced: u64,
-    limit: u64,
-    stall: Duration,
-    shown: &str,
-) -> std::result::Result<Vec<u8>, Stop> {
-    let mut bytes = Vec::with_capacity(announced.min(limit) as usize);
-    let mut window_start = Instant::now();
-    let mut window_bytes = 0usize;
-    loop {
-        let left = stall.saturating_sub(window_start.elapsed());
-        let chunk = match tokio::time::timeout(left, stream.next()).await {
-            Err(_) if window_bytes == 0 => {
-                return Err(Stop::Stalled(format!(
-                    "the transfer stalled: nothing for {} s",
-                    secs(stall)
-                )));
+    fn exists(&self, kind: &str, name: &str) -> Result<bool> {
+        let (path, shown) = self.location(kind, name)?;
+        let t = self.guard.timeouts;
+        self.call("HEAD", &shown, 0, || async {
+            match first_byte(t, 0, self.store.head(&path)).await {
+                Err(why) => Attempt::TimedOut(why),
+                Ok(Ok(_)) => Attempt::Done(true),
+                Ok(Err(e)) => match self.classify(&e, &shown) {
+                    Class::Missing => Attempt::Done(false),
+                    other => other.into_attempt(),
+                },
             }
-            Err(_) => None,
-            Ok(None) => return Ok(bytes),
-            Ok(Some(Err(e))) => return Err(Stop::Broken(e)),
-            Ok(Some(Ok(chunk))) => Some(chunk),
-        };
-        if let Some(chunk) = chunk {
-            let chunk = chunk.as_ref();
-            window_bytes += chunk.len();
-            bytes.extend_from_slice(chunk);
-            if bytes.len() as u64 > limit {
-                return Err(Stop::Fail(too_large(shown, limit)));
+        })
+    }
+
+    fn read(&self, kind: &str, name: &str, limit: u64) -> Result<Option<Vec<u8>>> {
+        let (path, shown) = self.location(kind, name)?;
+        let t = self.guard.timeouts;
+        self.call("GET", &shown, limit, || async {
+            let result = match first_byte(t, 0, self.store.get(&path)).await {
+                Err(why) => return Attempt::TimedOut(why),
+                Ok(Ok(result)) => result,
+                Ok(Err(e)) => {
+                    return match self.classify(&e, &shown) {
+                        Class::Missing => Attempt::Done(None),
+                        other => other.into_attempt(),
+                    };
+                }
+            };
+            if result.meta.size > limit {
+                return Attempt::Fail(Error::Remote {
+                    url: shown.clone(),
+                    message: format!(
+                        "announces {} bytes, more than the {limit} expected",
+                        result.meta.size
+                    ),
+                    failure: RemoteFailure::Corrupt,
+                    hint: Some("nothing was stored".into()),
+                });
             }
-        }
-        if window_start.elapsed() >= stall {
-            if window_bytes < MIN_PROGRESS_BYTES {
-                return Err(Stop::Stalled(format!(
-                    "the transfer stalled: {window_bytes} bytes in {} s",
-                    secs(stall)
-                )));
+            // The announced size is at most the limit: room for it at once.
+            let announced = result.meta.size;
+            match read_stream(result.into_stream(), announced, limit, t.stall, &shown).await {
+                Ok(bytes) => Attempt::Done(Some(bytes)),
+                Err(Stop::Fail(e)) => Attempt::Fail(e),
+                Err(Stop::Stalled(why)) => Attempt::TimedOut(why),
+                Err(Stop::Broken(e)) => match self.classify(&e, &shown) {
+                    Class::Retry(why) => Attempt::Retry(format!("the transfer broke off: {why}")),
+                    other => other.into_attempt(),
+                },
             }
-            window_start = Instant::now();
-            window_bytes = 0;
-        }
+        })
     }
-}
 
-/// The HTTP error (connection, timeout, a body cut short) under an object_store error.
-fn http_error(e: &object_store::Error) -> Option<&object_store::client::HttpError> {
-    let mut source: Option<&(dyn std::error::Error + 'static)> = Some(e);
-    while let Some(s) = source {
-        if let Some(http) = s.downcast_ref::<object_store::client::HttpError>() {
-            return Some(http);
+    // A conditional create: an object that exists is left as it is, and that counts
+    // as done.
+    fn write(&self, kind: &str, name: &str, bytes: &[u8]) -> Result<()> {
+        if self.anonymous {
+            return Err(anonymous_write(&self.shown));
         }
-        source = s.source();
-    }
-    None
-}
-
-/// An HTTP error with its causes ("connection refused"), without any URL.
-fn describe_http(e: &object_store::client::HttpError) -> String {
-    let mut text = e.to_string();
-    let mut source = std::error::Error::source(e);
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    redact(&text)
-}
-
-/// The status code an object_store error message names (`… status code: 503 …`).
-fn status_of(text: &str) -> Option<u16> {
-    let at = text.find("status code: ")? + "status code: ".len();
-    text.get(at..at + 3)?.parse().ok()
-}
-
-/// `text` with every URL's query cut off (a signed or SAS URL carries credentials
-/// there) and bounded, for a message.
-fn redact(text: &str) -> String {
-    let mut out: Vec<String> = Vec::new();
-    for word in text.split(' ') {
-        match (word.contains("://"), word.find('?')) {
-            (true, Some(q)) => out.push(format!("{}?…", &word[..q])),
-            _ => out.push(word.to_string()),
-        }
-    }
-    let text = out.join(" ");
-    match text.char_indices().nth(400) {
-        Some((cut, _)) => format!("{}…", &text[..cut]),
-        None => text,
-    }
-}
-
-/// The prefix of a URL's path as an object path: plain segments only.
-fn object_prefix(path: &str) -> std::result::Result<ObjectPath, String> {
-    let trimmed = path.trim_matches('/');
-    for segment in trimmed.split('/').filter(|s| !s.is_empty()) {
-        if segment == "." || segment == ".." || segment.contains('%') {
-            return Err(format!("segment `{segment}` is not allowed"));
-        }
-    }
-    if trimmed.contains("//") {
-        return Err("it has an empty segment".into());
-    }
-    ObjectPath::parse(trimmed).map_err(|e| e.to_string())
-}
-
-/// The S3 endpoint to use, if not AWS's own: kart.toml's, else the environment's; a
-/// plain-http one only on this machine or with `AWS_ALLOW_HTTP=true`. `Err` is a
-/// message and a hint.
-fn s3_endpoint(
-    settings: &RemoteSettings,
-    env: Env<'_>,
-) -> std::result::Result<Option<String>, (String, String)> {
-    let (endpoint, from) = match &settings.endpoint {
-        Some(e) => (e.clone(), "`[remote] endpoint`".to_string()),
-        None => match ENDPOINT_ENVS.iter().find_map(|k| env(k).map(|v| (v, *k))) {
-            Some((e, k)) => (e, k.to_string()),
-            None => return Ok(None),
-        },
-    };
-    let parsed = reqwest::Url::parse(&endpoint).map_err(|e| {
-        (
-            format!("endpoint `{endpoint}` ({from}) is not a URL: {e}"),
-            "write it as https://host[:port]".to_string(),
-        )
-    })?;
-    let shown = strip_credentials(&endpoint);
-    if !parsed.username().is_empty() || parsed.password().is_some() || parsed.query().is_some() {
-        return Err((
-            format!("endpoint `{shown}` ({from}) holds credentials or a query"),
-            "credentials come from the environment (AWS_ACCESS_KEY_ID, …); write the endpoint as https://host[:port]".into(),
-        ));
-    }
-    match parsed.scheme() {
-        "https" => {}
-        "http" if is_loopback(parsed.host_str().unwrap_or("")) => {}
-        "http" if truthy(env(ALLOW_HTTP_ENV)) => {}
-        "http" => {
-            return Err((
-                format!(
-                    "endpoint `{shown}` ({from}) is plain http: requests and the cached bytes would cross the network unencrypted"
-                ),
-                format!(
-                    "use https, or set {ALLOW_HTTP_ENV}=true to allow plain http (plain http to this machine, 127.0.0.1 or localhost, needs nothing)"
-                ),
-            ));
-        }
-        other => {
-            return Err((
-                format!("endpoint `{shown}` ({from}) has scheme `{other}`"),
-                "write it as https://host[:port]".into(),
-            ));
-        }
-    }
-    Ok(Some(endpoint))
-}
-
-/// The error of a write to a remote read anonymously.
-pub(super) fn anonymous_write(shown: &str) -> Error {
-    Error::usage(
-        format!(
-            "remote {shown} is read-only: it is read anonymously (unsigned requests), which cannot write"
-        ),
-        Some(format!(
-            "to push, unset {} (and `anonymous = true` in kart.toml's [remote]) and set credentials (AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or a role)",
-            ANONYMOUS_ENV
-        )),
-    )
-}
-
-impl Storage for ObjectStorage {
-    fn location(&self) -> String {
-        self.shown.clone()
-    }
-    fn has_blob(&self, digest: &str, _size: Option<u64>) -> Result<bool> {
-        self.exists("cas", digest)
-    }
-    fn get_blob(&self, digest: &str, size: Option<u64>) -> Result<Option<Vec<u8>>> {
-        let limit = size.unwrap_or(MAX_BLOB_BYTES);
-        let Some(bytes) = self.read("cas", digest, limit)? else {
-            return Ok(None);
-        };
-        check_blob(
-            &format!("{}/cas/{digest}", self.shown),
-            digest,
-            size,
-            &bytes,
-        )?;
-        Ok(Some(bytes))
-    }
-    fn put_blob(&self, digest: &str, bytes: &[u8]) -> Result<()> {
-        let actual = crate::digest::sha256_hex(bytes);
-        if actual != digest {
-            return Err(misnamed_blob(&self.shown, digest, &actual));
-        }
-        self.create("cas", digest, bytes.to_vec())
-    }
-    fn has_entry(&self, key: &str) -> Result<bool> {
-        self.exists("ac", key)
-    }
-    fn get_entry(&self, key: &str) -> Result<Option<ActionEntry>> {
-        match self.read("ac", key, MAX_ENTRY_BYTES)? {
-            Some(b) => parse_entry(&format!("{}/ac/{key}", self.shown), key, &b),
-            None => Ok(None),
-        }
-    }
-    fn put_entry(&self, entry: &ActionEntry) -> Result<()> {
-        let json = encode_entry(&self.shown, entry)?;
-        self.create("ac", &entry.key, json)
+        let (path, shown) = self.location(kind, name)?;
+        let t = self.guard.timeouts;
+        let size = bytes.len() as u64;
+        let payload = PutPayload::from(bytes.to_vec());
+        self.call("PUT", &shown, size, || async {
+            let options = PutOptions::from(PutMode::Create);
+            let put = self.store.put_opts(&path, payload.clone(), options);
+            match first_byte(t, size, put).await {
+                Err(why) => Attempt::TimedOut(why),
+                Ok(Ok(_)) => Attempt::Done(()),
+                Ok(Err(e)) => match self.classify(&e, &shown) {
+                    Class::Exists => Attempt::Done(()),
+                    Class::Missing => Attempt::Fail(Error::Remote {
+                        url: shown.clone(),
+                        message: "PUT answered 404 Not Found: the bucket does not exist".into(),
+                        failure: RemoteFailure::Refused,
+                        hint: Some("create the bucket, or fix the remote URL".into()),
+                    }),
+                    other => other.into_attempt(),
+                },
+            }
+        })
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remote::objects::Objects;
+    use crate::store::Storage;
     use std::collections::BTreeMap;
+    use std::time::Instant;
 
     fn open_with(
         url: &str,
@@ -769,7 +406,12 @@ mod tests {
         let mut settings = RemoteSettings::new(url);
         edit(&mut settings);
         let parsed = reqwest::Url::parse(url).unwrap();
-        ObjectStorage::open(&settings, &parsed, super::strip_credentials(url), &env)
+        ObjectStorage::open(
+            &settings,
+            &parsed,
+            crate::remote::settings::strip_credentials(url),
+            &env,
+        )
     }
 
     const KEYS: [(&str, &str); 2] = [
@@ -844,7 +486,7 @@ mod tests {
     fn an_anonymous_remote_refuses_writes_before_any_request() {
         // Port 9 on loopback: nothing listens, and nothing may be sent.
         let vars = [("AWS_ENDPOINT_URL", "http://127.0.0.1:9")];
-        let s = open_with("s3://b/p", &vars, |s| s.anonymous = true).unwrap();
+        let s = Objects(open_with("s3://b/p", &vars, |s| s.anonymous = true).unwrap());
         let digest = crate::digest::sha256_hex(b"x");
         let t = Instant::now();
         let err = s.put_blob(&digest, b"x").unwrap_err();
@@ -885,10 +527,10 @@ mod tests {
         (port, taken)
     }
 
-    fn against(port: u16, edit: impl Fn(&mut RemoteSettings)) -> ObjectStorage {
+    fn against(port: u16, edit: impl Fn(&mut RemoteSettings)) -> Objects<ObjectStorage> {
         let endpoint = format!("http://127.0.0.1:{port}");
         let vars = [KEYS[0], KEYS[1], ("AWS_ENDPOINT_URL", endpoint.as_str())];
-        open_with("s3://bucket/kart", &vars, edit).unwrap()
+        Objects(open_with("s3://bucket/kart", &vars, edit).unwrap())
     }
 
     const UNAVAILABLE: &str =

@@ -137,29 +137,19 @@ impl Sidecar for AttestFile {
 }
 
 impl AttestFile {
-    /// Adds `new` records (each replaces a record of the same blob, GPU, capability,
-    /// driver and kart) and keeps only blobs `lock` names.
+    /// Adds `new` records and keeps only blobs `lock` names. Of the records of one blob,
+    /// GPU, capability, driver and kart, one stays, with the furthest check either
+    /// made: `kart smoke --all` (loaded) after a kernel's own check program (correct)
+    /// proves nothing less than before, so it must not weaken the record.
     pub fn merge(&mut self, new: Vec<Attestation>, lock: &Lockfile) {
         let named: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.digest.as_str()).collect();
-        let replaced: BTreeSet<(String, String, String, String, String)> = new
-            .iter()
-            .map(|r| {
-                let (a, b, c, d, e) = r.identity();
-                (a.into(), b.into(), c.into(), d.into(), e.into())
-            })
-            .collect();
-        self.records.retain(|r| {
-            let (a, b, c, d, e) = r.identity();
-            named.contains(a)
-                && !replaced.contains(&(a.into(), b.into(), c.into(), d.into(), e.into()))
-        });
+        self.records.retain(|r| named.contains(r.digest.as_str()));
         self.records.extend(
             new.into_iter()
                 .filter(|r| named.contains(r.digest.as_str())),
         );
         self.version = ATTEST_VERSION;
         self.records.sort();
-        // Of two records of one identity keep one, with the further check.
         self.records.dedup_by(|later, kept| {
             let same = later.identity() == kept.identity();
             if same && later.check > kept.check {
@@ -415,7 +405,7 @@ mod tests {
     }
 
     #[test]
-    fn merge_replaces_same_identity_and_drops_blobs_the_lock_forgot() {
+    fn merge_keeps_the_furthest_check_per_identity_and_drops_blobs_the_lock_forgot() {
         let mut file = AttestFile::default();
         file.merge(
             vec![
@@ -427,6 +417,11 @@ mod tests {
         );
         file.merge(
             vec![record('b', "NVIDIA H200", Check::Launched)],
+            &lock_naming(&['a', 'b']),
+        );
+        // A later, weaker check of the same blob on the same GPU keeps the stronger one.
+        file.merge(
+            vec![record('b', "NVIDIA H200", Check::Loaded)],
             &lock_naming(&['a', 'b']),
         );
         let got: Vec<(char, &str, Check)> = file

@@ -31,6 +31,7 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
         push: args.push,
         entries_only: args.entries_only,
         fail_fast: args.fail_fast,
+        skip_infeasible: args.skip_infeasible,
         keep_temps: args.keep_temps,
         batch: args.batch.map(usize::from),
         ..BuildOptions::default()
@@ -121,8 +122,12 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
                 ),
                 _ => String::new(),
             };
+            let excluded = match summary.excluded_infeasible {
+                0 => String::new(),
+                n => format!(", {n} over a resource limit excluded"),
+            };
             eprintln!(
-                "{} artifacts: {} compiled, {} from the store{remote} in {secs:.3} s; {lock}",
+                "{} artifacts: {} compiled, {} from the store{remote}{excluded} in {secs:.3} s; {lock}",
                 summary.selected, summary.compiled, summary.from_store
             );
         }

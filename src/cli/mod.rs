@@ -424,6 +424,10 @@ pub struct BuildArgs {
     /// Stop starting compiles at the first failure (those running finish).
     #[arg(long, conflicts_with_all = ["locked", "explain_grid"])]
     pub fail_fast: bool,
+    /// Configs over a resource limit do not fail the build: the `require` rule that
+    /// excludes exactly them is added to their kernel.toml and the rest is locked.
+    #[arg(long, conflicts_with_all = ["locked", "explain_grid", "shard"])]
+    pub skip_infeasible: bool,
     /// Keep each failing compile's folder (the unit kart generates for template
     /// entries, nvcc's command line as nvcc.sh, its output) in the store's kept/
     /// folder, and print where; `kart gc` removes them.

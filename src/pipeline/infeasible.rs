@@ -101,6 +101,90 @@ pub fn require_rule(all: &[&Config], failing: &BTreeSet<&Config>) -> Option<Stri
     Some(each.join(" && "))
 }
 
+/// A kernel's configs over a resource limit, with the rule that excludes exactly them.
+pub(super) struct Exclusion<'a> {
+    /// Index into the project's kernels.
+    pub kernel: usize,
+    /// The configs over a limit (on some target).
+    pub failing: BTreeSet<&'a Config>,
+    /// The `require` rule that excludes exactly `failing`.
+    pub rule: String,
+    /// How many configs of the kernel the rule keeps.
+    pub kept: usize,
+    /// Each limit's one-line summary ([`Limit::summary`]).
+    pub reasons: BTreeSet<String>,
+}
+
+/// Per kernel with configs over a resource limit (each with its failure's summary), the
+/// rule that excludes exactly those configs (on every target: a rule is over params).
+pub(super) fn exclusions<'a>(
+    ws: &crate::workspace::Workspace,
+    over: &[(&'a crate::pipeline::Planned, String)],
+) -> Vec<Exclusion<'a>> {
+    let mut by_kernel: std::collections::BTreeMap<
+        usize,
+        Vec<&(&'a crate::pipeline::Planned, String)>,
+    > = Default::default();
+    for o in over {
+        by_kernel.entry(o.0.kernel).or_default().push(o);
+    }
+    by_kernel
+        .into_iter()
+        .filter_map(|(k, members)| {
+            let failing: BTreeSet<&'a Config> = members.iter().map(|(p, _)| &p.config).collect();
+            let reasons = members.iter().map(|(_, why)| why.clone()).collect();
+            let all = ws.project.kernels[k].configs().ok()?;
+            let refs: Vec<&Config> = all.iter().collect();
+            let rule = require_rule(&refs, &failing)?;
+            Some(Exclusion {
+                kernel: k,
+                kept: all.len() - failing.len(),
+                failing,
+                rule,
+                reasons,
+            })
+        })
+        .collect()
+}
+
+/// What to add to kernel.toml for each exclusion, for a build without
+/// `--skip-infeasible`.
+pub(super) fn advice(
+    ws: &crate::workspace::Workspace,
+    exclusions: &[Exclusion<'_>],
+) -> Vec<String> {
+    exclusions
+        .iter()
+        .map(|e| {
+            let kernel = &ws.project.kernels[e.kernel];
+            let rule = serde_json::Value::String(e.rule.clone());
+            let list = if kernel.require.is_empty() {
+                format!("require = [{rule}]")
+            } else {
+                format!("{rule} to its `require` list")
+            };
+            format!(
+                "  to lock the other {} configs of `{}`, add {list} to {} (it excludes exactly the {} over the limit), \
+                 or run `kart build --skip-infeasible`, which adds it",
+                e.kept,
+                kernel.name,
+                kernel.manifest.display(),
+                e.failing.len()
+            )
+        })
+        .collect()
+}
+
+/// The comment written above a rule that `--skip-infeasible` records.
+pub(super) fn comment(e: &Exclusion<'_>) -> String {
+    let reasons: Vec<&str> = e.reasons.iter().map(String::as_str).collect();
+    format!(
+        "{} config(s) {} (ptxas); excluded by kart build --skip-infeasible",
+        e.failing.len(),
+        reasons.join("; ")
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -16,6 +16,7 @@ pub mod ptx;
 mod pull;
 pub mod remote_exec;
 mod reporter;
+mod skip;
 pub mod smoke;
 
 use lock_write::write_lock;
@@ -94,6 +95,10 @@ pub struct BuildOptions {
     /// Run the compiles on a Remote Execution API server (`--executor`); `jobs` is then
     /// how many run there at once.
     pub executor: Option<remote_exec::ExecutorOptions>,
+    /// Configs ptxas refuses for a resource limit do not fail the build: the `require`
+    /// rule that excludes exactly them is added to their kernel.toml (with a comment
+    /// saying why) and the rest is locked (`--skip-infeasible`).
+    pub skip_infeasible: bool,
 }
 
 impl Default for BuildOptions {
@@ -113,6 +118,7 @@ impl Default for BuildOptions {
             keep_temps: false,
             batch: None,
             executor: None,
+            skip_infeasible: false,
         }
     }
 }
@@ -142,6 +148,8 @@ pub struct BuildSummary {
     pub digests_unchecked: usize,
     /// What the remote executor did, when there was one.
     pub executor: Option<remote_exec::ExecStats>,
+    /// Configs over a resource limit excluded by a rule `--skip-infeasible` recorded.
+    pub excluded_infeasible: usize,
 }
 
 /// Runs `kart build` in `workspace`.
@@ -236,9 +244,29 @@ pub fn build(
         ));
     }
 
-    let (failed_count, failures, executor) =
+    let (failed_count, mut failures, over_limits, executor) =
         compile_all(ws, &toolchain, &to_compile, &old_lock, options, reporter);
     let compiled = to_compile.len() - failed_count;
+    let exclusions = infeasible::exclusions(ws, &over_limits);
+    let mut planned_kept: Vec<Planned> = Vec::new();
+    let mut excluded_infeasible = 0;
+    if options.skip_infeasible
+        && options.shard.is_none()
+        && !over_limits.is_empty()
+        && over_limits.len() == failed_count
+    {
+        // Only configs over a limit failed: record why in each kernel.toml, lock the rest.
+        (planned_kept, excluded_infeasible) =
+            skip::exclude(ws, &exclusions, &planned, &mut selected, reporter)?;
+        failures.clear();
+    } else {
+        failures.extend(infeasible::advice(ws, &exclusions));
+    }
+    let planned: &[Planned] = if excluded_infeasible > 0 {
+        &planned_kept
+    } else {
+        &planned
+    };
 
     let mut summary = BuildSummary {
         selected: selected.len(),
@@ -247,6 +275,7 @@ pub fn build(
         downloaded: pulled.blobs,
         compiled,
         executor,
+        excluded_infeasible,
         ..BuildSummary::default()
     };
     if options.push
@@ -280,7 +309,7 @@ pub fn build(
             selected.iter().map(|p| p.key.as_str()).collect();
         let (lock, changed) = write_lock(
             ws,
-            &planned,
+            planned,
             &built,
             &pulled.entries,
             &old_lock,
@@ -303,17 +332,24 @@ pub fn build(
     Ok(summary)
 }
 
-/// Compiles `jobs` on `options.jobs` threads (on the executor, if any); returns how many
-/// failed, one line per distinct error with the artifacts it hit, and what the executor
-/// did.
-fn compile_all(
+/// What [`compile_all`] returns: how many failed, one line per distinct error with the
+/// artifacts it hit, those over a resource limit (with why), and what the executor did.
+type Compiled<'a> = (
+    usize,
+    Vec<String>,
+    Vec<(&'a Planned, String)>,
+    Option<remote_exec::ExecStats>,
+);
+
+/// Compiles `jobs` on `options.jobs` threads (on the executor, if any).
+fn compile_all<'a>(
     ws: &Workspace,
     toolchain: &Toolchain,
-    jobs: &[&Planned],
+    jobs: &[&'a Planned],
     old_lock: &Lockfile,
     options: &BuildOptions,
     reporter: &dyn BuildReporter,
-) -> (usize, Vec<String>, Option<remote_exec::ExecStats>) {
+) -> Compiled<'a> {
     let stop = std::sync::atomic::AtomicBool::new(false);
     let skipped = AtomicUsize::new(0);
     let host_compiler = toolchain.host_compiler();
@@ -357,7 +393,8 @@ fn compile_all(
                     }
                     reporter.compiled(&name, Err(&failure));
                     let infeasible = failure.group.starts_with(infeasible::GROUP);
-                    failed.push((name, failure.summary, infeasible.then_some(*p)));
+                    let over = infeasible.then(|| (*p, failure.summary.clone()));
+                    failed.push((name, failure.summary, over));
                 }
             }
         }
@@ -365,14 +402,14 @@ fn compile_all(
     });
     // One line per distinct error, with the artifacts it hit.
     let mut by_error: std::collections::BTreeMap<String, Vec<String>> = Default::default();
-    let mut over_limits: Vec<&Planned> = Vec::new();
+    let mut over_limits: Vec<(&'a Planned, String)> = Vec::new();
     let mut failed_count = 0;
     for (name, summary, infeasible) in outcomes.into_iter().flatten() {
         failed_count += 1;
         by_error.entry(summary).or_default().push(name);
         over_limits.extend(infeasible);
     }
-    let mut failures: Vec<String> = by_error
+    let failures: Vec<String> = by_error
         .into_iter()
         .map(|(summary, mut names)| {
             names.sort();
@@ -386,7 +423,6 @@ fn compile_all(
             }
         })
         .collect();
-    failures.extend(infeasible_rules(ws, &over_limits));
     if let Some(remote) = &remote {
         let stats = remote.stats();
         let per = |ms: u64| ms as f64 / 1000.0 / stats.remote.max(1) as f64;
@@ -415,41 +451,12 @@ fn compile_all(
             "--fail-fast: {skipped} artifact(s) not compiled after the first failure"
         ));
     }
-    (failed_count, failures, remote.map(|r| r.stats()))
-}
-
-/// For each kernel with configs over a resource limit, the `require` rule that excludes
-/// exactly those configs (on every target: a rule is over params), to add to its
-/// kernel.toml so the rest of the grid can be locked.
-fn infeasible_rules(ws: &Workspace, over: &[&Planned]) -> Vec<String> {
-    let mut by_kernel: std::collections::BTreeMap<
-        usize,
-        std::collections::BTreeSet<&crate::model::Config>,
-    > = Default::default();
-    for p in over {
-        by_kernel.entry(p.kernel).or_default().insert(&p.config);
-    }
-    by_kernel
-        .into_iter()
-        .filter_map(|(k, failing)| {
-            let kernel = &ws.project.kernels[k];
-            let all = kernel.configs().ok()?;
-            let all: Vec<&crate::model::Config> = all.iter().collect();
-            let rule = infeasible::require_rule(&all, &failing)?;
-            let list = if kernel.require.is_empty() {
-                format!("require = [{}]", serde_json::json!(rule))
-            } else {
-                format!("{} to its `require` list", serde_json::json!(rule))
-            };
-            Some(format!(
-                "  to lock the other {} configs of `{}`, add {list} to {} (it excludes exactly the {} over the limit)",
-                all.len() - failing.len(),
-                kernel.name,
-                kernel.manifest.display(),
-                failing.len()
-            ))
-        })
-        .collect()
+    (
+        failed_count,
+        failures,
+        over_limits,
+        remote.map(|r| r.stats()),
+    )
 }
 
 /// Milliseconds per config that each kernel of `jobs` took to compile last time: the

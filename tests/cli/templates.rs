@@ -519,3 +519,96 @@ __global__ void big(float *out) {
     assert!(out.status.success(), "{}", text(&out));
     assert_eq!(p.read("kart.lock").matches("[[artifact]]").count(), 5);
 }
+
+/// A template whose static shared memory is `ROWS * COLS` floats: over sm_90's 48 KiB
+/// from `ROWS * COLS = 16384` up (3 of the 8 configs).
+fn shared_memory_corner(p: &TestProject) -> String {
+    p.write(
+        "kernels/big/big.cu",
+        r#"template <int ROWS, int COLS>
+__global__ void big(float *out) {
+  __shared__ float tile[ROWS * COLS];
+  tile[threadIdx.x] = threadIdx.x;
+  __syncthreads();
+  out[threadIdx.x] = tile[(threadIdx.x + 1) % (ROWS * COLS)];
+}
+"#,
+    );
+    let toml = "name = \"big\"\nsources = [\"big.cu\"]\nentry = [\"big<ROWS, COLS>\"]\n\n[params]\nROWS = [8, 16, 32, 64]\nCOLS = [256, 512]\n";
+    p.write("kernels/big/kernel.toml", toml);
+    toml.to_string()
+}
+
+#[test]
+fn skip_infeasible_locks_the_feasible_rest_and_records_the_rule_in_kernel_toml() {
+    let p = TestProject::new(&["sm_90"]);
+    shared_memory_corner(&p);
+    let out = p.kart(&["build", "--skip-infeasible", "-j", "1"]);
+    let all = text(&out);
+    assert!(out.status.success(), "{all}");
+    assert!(all.matches("too much shared data").count() <= 1, "{all}");
+    assert!(all.contains("3 over a resource limit excluded"), "{all}");
+    // The rule, with why, where the grid is written and reviewed.
+    let toml = p.read("kernels/big/kernel.toml");
+    assert!(
+        toml.contains(
+            "# 3 config(s) infeasible on sm_90: needs more shared data than its limit of 49152 bytes (ptxas); \
+             excluded by kart build --skip-infeasible\nrequire = [\"COLS * ROWS < 16384\"]\n\n[params]"
+        ),
+        "{toml}"
+    );
+    // Exactly the feasible configs are locked.
+    let lock = p.read("kart.lock");
+    assert_eq!(lock.matches("[[artifact]]").count(), 5, "{lock}");
+    let ls = p.kart(&["ls", "--json"]);
+    assert!(ls.status.success(), "{}", text(&ls));
+    let listed: serde_json::Value = serde_json::from_str(&stdout(&ls)).unwrap();
+    let mut products: Vec<i64> = listed
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["config"]["ROWS"].as_i64().unwrap() * a["config"]["COLS"].as_i64().unwrap())
+        .collect();
+    products.sort();
+    assert_eq!(products, [2048, 4096, 4096, 8192, 8192]);
+    // The rule is part of the grid now: a second build is a no-op, and --locked agrees.
+    let again = p.kart(&["build"]);
+    assert!(again.status.success(), "{}", text(&again));
+    assert!(
+        stderr(&again).contains("0 compiled, 5 from the store"),
+        "{}",
+        text(&again)
+    );
+    assert!(
+        stderr(&again).contains("kart.lock unchanged"),
+        "{}",
+        text(&again)
+    );
+    let locked = p.kart(&["build", "--locked"]);
+    assert!(locked.status.success(), "{}", text(&locked));
+}
+
+#[test]
+fn skip_infeasible_still_fails_on_a_real_compile_error_and_changes_nothing() {
+    let p = TestProject::new(&["sm_90"]);
+    let toml = shared_memory_corner(&p);
+    p.write(
+        "kernels/bad/bad.cu",
+        "extern \"C\" __global__ void bad(float *o) { o[0] = missing; }\n",
+    );
+    p.write(
+        "kernels/bad/kernel.toml",
+        "name = \"bad\"\nsources = [\"bad.cu\"]\nentry = [\"bad\"]\n",
+    );
+    let lock_before = std::fs::read_to_string(p.root().join("kart.lock")).ok();
+    let out = p.kart(&["build", "--skip-infeasible", "-j", "1"]);
+    let all = text(&out);
+    assert_eq!(out.status.code(), Some(1), "{all}");
+    assert!(all.contains("identifier \"missing\" is undefined"), "{all}");
+    assert!(all.contains("require = [\"COLS * ROWS < 16384\"]"), "{all}");
+    assert_eq!(p.read("kernels/big/kernel.toml"), toml);
+    assert_eq!(
+        std::fs::read_to_string(p.root().join("kart.lock")).ok(),
+        lock_before
+    );
+}

@@ -37,10 +37,11 @@ pub fn batch_key(job: &CompileJob<'_>) -> Option<String> {
     }
     let templates: Vec<_> = job.kernel.templates.values().collect();
     Some(format!(
-        "{}\n{}\n{:?}\n{:?}",
+        "{}\n{}\n{:?}\n{:?}\n{:?}",
         job.kernel.name,
         job.target,
         job.kernel.macro_params(job.config).ok()?,
+        job.kernel.bare_macros(job.config),
         qualified_values(&templates, &job.kernel.param_texts(job.config).ok()?)
     ))
 }
@@ -127,8 +128,11 @@ pub fn compile_batch_on(
     let source = first.kernel.sources[0]
         .file_name()
         .ok_or("the kernel's source has no file name")?;
-    std::fs::write(&main, translation_unit(Path::new(source), &names))
-        .map_err(|e| format!("cannot write the batch's unit: {e}"))?;
+    std::fs::write(
+        &main,
+        translation_unit(Path::new(source), first.kernel.prelude.as_deref(), &names),
+    )
+    .map_err(|e| format!("cannot write the batch's unit: {e}"))?;
 
     let ptxas = ptxas_command(first, &main, scratch)
         .ok_or("`nvcc --dryrun` did not say how it runs ptxas")?;

@@ -176,6 +176,9 @@ pub fn nvcc_args(
     for (name, value) in job.kernel.macro_params(job.config)? {
         args.push(format!("-D{name}={value}"));
     }
+    for name in job.kernel.bare_macros(job.config) {
+        args.push(format!("-D{name}"));
+    }
     // A template kernel's source is included by the generated unit through its own
     // folder, so the source's name in line markers (`__FILE__`, line info) is the same
     // project-relative path in every checkout.
@@ -281,7 +284,7 @@ pub fn compile_on(
         let source_name = job.kernel.sources[0]
             .file_name()
             .map_or_else(|| job.kernel.sources[0].clone(), PathBuf::from);
-        let tu = translation_unit(&source_name, &names);
+        let tu = translation_unit(&source_name, job.kernel.prelude.as_deref(), &names);
         std::fs::write(&main, tu).map_err(|e| CompileFailure {
             summary: format!("cannot write `{}`: {e}", main.display()),
             details: String::new(),

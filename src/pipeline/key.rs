@@ -113,6 +113,15 @@ pub fn action_preimage(
     for (name, value) in &kernel.defines {
         p.push(format!("define {name}"), value.to_string());
     }
+    // Macros without a value, and the params that choose them: only when declared, so
+    // that kernels without them keep their keys.
+    for name in &kernel.defined {
+        p.push(format!("define {name}"), "(defined, no value)");
+    }
+    if !kernel.define_params.is_empty() {
+        let names: Vec<&str> = kernel.define_params.iter().map(String::as_str).collect();
+        p.push("define params", names.join(" "));
+    }
     for (name, value) in &config.0 {
         p.push(format!("param {name}"), value.to_string());
     }
@@ -129,6 +138,10 @@ pub fn action_preimage(
         .map(|(name, _)| name)
         .collect();
     p.push("param macros passed", macros.join(" "));
+    // The generated unit's prelude, as written (only when set).
+    if let Some(prelude) = &kernel.prelude {
+        p.push("prelude", prelude.clone());
+    }
     for dir in &kernel.include {
         p.push("include dir", dir.to_string_lossy().replace('\\', "/"));
     }
@@ -256,6 +269,9 @@ mod tests {
             targets: vec![],
             flags: vec!["-O3".into(), "-lineinfo".into()],
             defines: [("USE_X".to_string(), ParamValue::Int(1))].into(),
+            defined: Default::default(),
+            define_params: Default::default(),
+            prelude: None,
             ptx: false,
             params: BTreeMap::new(),
             exclude: vec![],

@@ -76,6 +76,15 @@ pub struct Kernel {
     pub flags: Vec<String>,
     /// Fixed defines.
     pub defines: BTreeMap<String, ParamValue>,
+    /// Fixed macros defined without a value (`defines = { ENABLE_BF16 = true }`).
+    pub defined: BTreeSet<String>,
+    /// Params whose value names the macro a config defines without a value
+    /// (`define_params`): `PRECISION = "ENABLE_BF16"` passes `-DENABLE_BF16`; `true`
+    /// defines the param's own name, `false` nothing.
+    pub define_params: BTreeSet<String>,
+    /// Lines of C++ placed in the generated unit after the source's `#include` and
+    /// before the instantiations (`prelude`): `using namespace lib;`, includes, aliases.
+    pub prelude: Option<String>,
     /// Also keep the PTX of each config.
     pub ptx: bool,
     /// The grid: param → values in the order written.
@@ -238,6 +247,11 @@ impl Kernel {
                 .chain(self.unmentioned.iter().cloned())
                 .collect(),
         };
+        // A define param's value names a macro of its own (see `bare_macros`).
+        let in_templates: BTreeSet<String> = in_templates
+            .into_iter()
+            .chain(self.define_params.iter().cloned())
+            .collect();
         // Params first, then derived params, each in name order (as before templates).
         let params = config.0.keys();
         let derived = values.keys().filter(|k| !config.0.contains_key(*k));
@@ -246,6 +260,26 @@ impl Kernel {
             .filter(|k| !in_templates.contains(*k))
             .map(|k| (k.clone(), values[k].clone()))
             .collect())
+    }
+
+    /// The macros `config` defines without a value, `-DNAME` each, in name order: the
+    /// fixed ones (`defines = { NAME = true }`) and those its define params choose.
+    pub fn bare_macros(&self, config: &Config) -> Vec<String> {
+        let mut names: BTreeSet<String> = self.defined.clone();
+        for param in &self.define_params {
+            match config.0.get(param) {
+                Some(ParamValue::Ident(v)) if v == "true" => {
+                    names.insert(param.clone());
+                }
+                Some(ParamValue::Ident(v)) if v == "false" => {}
+                Some(ParamValue::Ident(v)) => {
+                    names.insert(v.clone());
+                }
+                // Checked when kernel.toml is read: a define param's values are names.
+                Some(ParamValue::Int(_)) | None => {}
+            }
+        }
+        names.into_iter().collect()
     }
 
     /// Each template entry with its instance for `config`, in entry order.

@@ -14,7 +14,8 @@ use kart_runtime::untrusted::is_c_identifier;
 use crate::project::grid_toml::{check_grid, default_config, derived, rules, tune_spec};
 use crate::project::kernel::{Kernel, ParamMacros, VariantOf};
 use crate::project::launch_toml::launch;
-use crate::project::raw::{ManifestChecks, RawKernel};
+use crate::project::raw::{ManifestChecks, RawKernel, RawValue};
+use crate::project::unit_toml::{define_params, prelude};
 
 /// A kernel manifest's file name.
 pub const KERNEL_FILE: &str = "kernel.toml";
@@ -47,8 +48,8 @@ pub(super) fn load_kernel(
     let (entry, templates) = entries(&file, &raw)?;
     let targets = targets(&file, &raw, default_targets)?;
     let flags = flags(&file, &raw)?;
-    let defines = defines(&file, &raw)?;
-    let params = params(&file, &raw, &defines)?;
+    let (defines, defined) = defines(&file, &raw)?;
+    let params = params(&file, &raw)?;
     let exclude = excludes(&file, &raw, &params)?;
     let signature = signature(&file, &raw, &entry)?;
     let mut kernel = Kernel {
@@ -64,6 +65,9 @@ pub(super) fn load_kernel(
         targets,
         flags,
         defines,
+        defined,
+        define_params: Default::default(),
+        prelude: None,
         ptx: raw.ptx,
         params,
         exclude,
@@ -86,6 +90,8 @@ pub(super) fn load_kernel(
         kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;
+    kernel.define_params = define_params(&file, &raw, &kernel)?;
+    kernel.prelude = prelude(&file, &raw, &kernel)?;
     (kernel.declared_in_source, kernel.unmentioned) = scan_sources(&kernel, root)?;
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
@@ -337,28 +343,36 @@ fn flags(file: &SourceFile<'_>, raw: &RawKernel) -> Result<Vec<String>> {
     Ok(flags)
 }
 
-/// `defines`: names and values.
-fn defines(file: &SourceFile<'_>, raw: &RawKernel) -> Result<BTreeMap<String, ParamValue>> {
+/// `defines`: names and values (`-DNAME=VALUE`), and the names defined without a value
+/// (`NAME = true`; `false` defines nothing).
+fn defines(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+) -> Result<(BTreeMap<String, ParamValue>, BTreeSet<String>)> {
     let mut defines = BTreeMap::new();
+    let mut defined = BTreeSet::new();
     for (k, v) in &raw.defines {
         file.check_name(k.get_ref(), k.span(), "define")?;
-        let value = file.value(v)?;
-        defines.insert(k.get_ref().clone(), value);
+        match v.get_ref() {
+            RawValue::Bool(true) => {
+                defined.insert(k.get_ref().clone());
+            }
+            RawValue::Bool(false) => {}
+            _ => {
+                defines.insert(k.get_ref().clone(), file.value(v)?);
+            }
+        }
     }
 
-    Ok(defines)
+    Ok((defines, defined))
 }
 
 /// `[params]`: the grid; no name both a param and a define, no empty or repeated values.
-fn params(
-    file: &SourceFile<'_>,
-    raw: &RawKernel,
-    defines: &BTreeMap<String, ParamValue>,
-) -> Result<BTreeMap<String, Vec<ParamValue>>> {
+fn params(file: &SourceFile<'_>, raw: &RawKernel) -> Result<BTreeMap<String, Vec<ParamValue>>> {
     let mut params = BTreeMap::new();
     for (k, values) in &raw.params {
         file.check_name(k.get_ref(), k.span(), "param")?;
-        if defines.contains_key(k.get_ref()) {
+        if raw.defines.keys().any(|d| d.get_ref() == k.get_ref()) {
             return Err(file.error(
                 k.span(),
                 format!("`{}` is both a param and a define", k.get_ref()),

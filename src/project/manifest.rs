@@ -684,6 +684,9 @@ mod tests {
             targets: vec![],
             flags: vec![],
             defines: BTreeMap::new(),
+            defined: Default::default(),
+            define_params: Default::default(),
+            prelude: None,
             ptx: false,
             params: params
                 .iter()

@@ -23,6 +23,7 @@ mod launch_toml;
 pub mod library;
 pub mod manifest;
 mod raw;
+mod unit_toml;
 
 pub use kernel::{Kernel, ParamMacros, VariantOf};
 pub use kernel_toml::KERNEL_FILE;

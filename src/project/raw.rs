@@ -35,6 +35,7 @@ impl ManifestChecks for SourceFile<'_> {
     fn value(&self, v: &Spanned<RawValue>) -> Result<ParamValue> {
         match v.get_ref() {
             RawValue::Int(i) => Ok(ParamValue::Int(*i)),
+            RawValue::Bool(b) => Ok(ParamValue::Ident(b.to_string())),
             RawValue::Text(s) if is_qualified_name(s) => Ok(ParamValue::Ident(s.clone())),
             RawValue::Text(s) if s.trim().parse::<i64>().is_ok() => Err(self.error(
                 v.span(),
@@ -178,6 +179,9 @@ pub(super) struct RawKernel {
     pub(super) param_macros: Option<Spanned<String>>,
     #[serde(default)]
     pub(super) libraries: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(super) define_params: Vec<Spanned<String>>,
+    pub(super) prelude: Option<Spanned<String>>,
 }
 
 #[derive(Deserialize)]
@@ -209,5 +213,8 @@ pub(super) struct RawTune {
 pub(super) enum RawValue {
     Int(i64),
     Text(String),
+    /// `true`/`false`: the names `true` and `false` as values; in `defines`, a macro
+    /// defined without a value or not defined.
+    Bool(bool),
     Other(serde::de::IgnoredAny),
 }

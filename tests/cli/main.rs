@@ -8,6 +8,7 @@ mod bounds;
 mod executor;
 mod fleet;
 mod harness;
+mod language;
 mod libraries;
 mod malformed;
 mod reapi;

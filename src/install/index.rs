@@ -193,9 +193,17 @@ impl Index {
         pick_wheel(&body, name, version, tag)
             .map_err(|why| self.error(&url, why))?
             .ok_or_else(|| {
+                let versions = wheel_versions(&body, name, tag);
                 Error::environment(
                     format!("the index has no Linux {tag} wheel of `{name}=={version}` (at {url})"),
-                    "check the pin's spelling and version on the index",
+                    if versions.is_empty() {
+                        "check the pin's spelling on the index: it has no wheel of that name for this machine".to_string()
+                    } else {
+                        format!(
+                            "versions of `{name}` the index has for this machine: {}; pin one of them",
+                            versions.join(", ")
+                        )
+                    },
                 )
             })
     }
@@ -289,6 +297,32 @@ pub fn pick_wheel(
                 size: f.size,
             })
         }))
+}
+
+/// The versions of `name` that a project page (`body`) has a wheel of for machine `tag`
+/// (as [`pick_wheel`] takes them), in the page's order, each once; the newest 20.
+pub fn wheel_versions(body: &[u8], name: &str, tag: &str) -> Vec<String> {
+    let Ok(project) = serde_json::from_slice::<Project>(body) else {
+        return Vec::new();
+    };
+    let prefix = format!("{}-", wheel_name(name));
+    let mut versions: Vec<String> = Vec::new();
+    for f in &project.files {
+        let lower = f.filename.to_lowercase();
+        let fits = lower.ends_with("-any.whl")
+            || (lower.ends_with(".whl") && lower.contains("linux") && lower.contains(tag));
+        let Some(rest) = lower.strip_prefix(&prefix) else {
+            continue;
+        };
+        let Some(version) = rest.split('-').next() else {
+            continue;
+        };
+        if fits && !version.is_empty() && !versions.iter().any(|v| v == version) {
+            versions.push(version.to_string());
+        }
+    }
+    let skip = versions.len().saturating_sub(20);
+    versions.split_off(skip)
 }
 
 /// A project name as the simple API spells it (PEP 503).

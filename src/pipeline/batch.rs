@@ -174,8 +174,14 @@ pub fn compile_batch_on(
             let shown = without_scratch(&format!("nvcc {}", args.join(" ")), scratch);
             let failure = CompileFailure {
                 summary: format!(
-                    "nvcc failed in a source all {} configs of the batch share",
-                    jobs.len()
+                    "nvcc failed in a source all {} configs of the batch share{}",
+                    jobs.len(),
+                    crate::toolchain::headers::missing_header_hint(
+                        &output,
+                        &first.toolchain.packages
+                    )
+                    .map(|hint| format!(": {hint}"))
+                    .unwrap_or_default()
                 ),
                 details: frame(&shown, &output),
                 disk_full: false,

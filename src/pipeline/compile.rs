@@ -339,7 +339,13 @@ pub fn compile_on(
             Some(summary) => (summary.clone(), summary),
             None => match crate::pipeline::infeasible::limit(&stderr) {
                 Some(limit) => (limit.summary(&target), limit.group(&target)),
-                None => (format!("nvcc failed ({status})"), String::new()),
+                None => match crate::toolchain::headers::missing_header_hint(
+                    &stderr,
+                    &job.toolchain.packages,
+                ) {
+                    Some(hint) => (format!("nvcc failed ({status}): {hint}"), hint),
+                    None => (format!("nvcc failed ({status})"), String::new()),
+                },
             },
         };
         return Err(CompileFailure {

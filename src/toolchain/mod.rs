@@ -6,8 +6,10 @@
 //! every folder under `include/` (a reinstalled header wheel replaces files, which
 //! changes its folders' mtimes). A cache hit runs no process at all: a no-op build
 //! must not pay for `nvcc --version`. [`library`] pins the header libraries a project
-//! names to their installed copies.
+//! names to their installed copies; [`headers`] names the component wheel of a missing
+//! toolkit header.
 
+pub mod headers;
 pub mod library;
 
 use std::path::{Path, PathBuf};

@@ -230,3 +230,25 @@ fn a_prelude_that_would_swallow_kart_s_lines_is_refused_at_its_line() {
     );
 }
 
+#[test]
+fn a_toolkit_header_of_a_component_not_declared_names_the_line_to_add() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/blas/blas.cu",
+        "#include <cublas_v2.h>\nextern \"C\" __global__ void blas(float *out) { out[0] = 1; }\n",
+    );
+    p.write(
+        "kernels/blas/kernel.toml",
+        "name = \"blas\"\nsources = [\"blas.cu\"]\nentry = [\"blas\"]\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("blas[-] sm_90: nvcc failed (exit status: ")
+            && err.contains("): `cublas_v2.h` is in NVIDIA's `nvidia-cublas` wheel, not in nvcc's")
+            && err.contains("components = [\"nvidia-cublas==VERSION\"]")
+            && err.contains("kart toolchain install"),
+        "{err}"
+    );
+}

@@ -604,3 +604,20 @@ fn toolchain_gc_keeps_what_other_projects_use_and_list_tells_installs_apart() {
     let left = std::fs::read_dir(&used).unwrap().count();
     assert_eq!(left, 1, "{}", text(&gc));
 }
+
+#[test]
+fn a_component_pin_the_index_lacks_is_refused_with_the_versions_it_has() {
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let (index, _) = fake_index(&home, &["nvidia-fake-a==1.0"]);
+    let dir = project_with(tmp.path(), &home, "p", &["nvidia-fake-a==2.0"]);
+    let out = kart_at(&dir, &home, &index, &["toolchain", "install"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let said = stderr(&out);
+    assert!(
+        said.contains("the index has no Linux")
+            && said.contains("wheel of `nvidia-fake-a==2.0`")
+            && said.contains("versions of `nvidia-fake-a` the index has for this machine: 1.0"),
+        "{said}"
+    );
+}

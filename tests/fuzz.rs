@@ -358,7 +358,10 @@ fn fuzz_package_index_and_wheels() {
         let out = dir
             .path()
             .join(format!("out{}", n.fetch_add(1, Ordering::Relaxed)));
-        kart::install::wheel::unpack(&wheel, &out).map_err(|_| ())?;
+        // The shared files go to a home beside `out` (its name starts with `out` too).
+        let mut store =
+            kart::install::shared::FileStore::open(&dir.path().join("out-home")).map_err(|_| ())?;
+        kart::install::wheel::unpack(&wheel, &out, &mut store).map_err(|_| ())?;
         // Everything unpacked lies inside `out`: a name that escapes is reported as one.
         let escaped = std::fs::read_dir(dir.path())
             .unwrap()

@@ -117,10 +117,25 @@ fn install(cli: &Cli, home: &Home, project: &Project, json: bool) -> Result<Exit
         for (what, path) in &report.present {
             eprintln!("{what}: already installed in {}", path.display());
         }
-        if report.downloaded > 0 {
+        if report.downloaded > 0 || report.cached > 0 {
             eprintln!(
-                "downloaded {:.1} MB, every wheel checked against its sha256",
-                report.downloaded as f64 / 1e6
+                "downloaded {:.1} MB, took {:.1} MB of wheels from the home's cache; every wheel checked against its sha256",
+                report.downloaded as f64 / 1e6,
+                report.cached as f64 / 1e6
+            );
+        }
+        let s = &report.sharing;
+        if s.files > 0 {
+            eprintln!(
+                "{} files: {:.1} MB new, {:.1} MB shared with other installs (hard links to one read-only copy{})",
+                s.files,
+                s.new_bytes as f64 / 1e6,
+                s.shared_bytes as f64 / 1e6,
+                if s.copied > 0 {
+                    format!("; {} copied where no link could be made", s.copied)
+                } else {
+                    String::new()
+                }
             );
         }
     }
@@ -217,9 +232,10 @@ pub fn list(project: Option<&Project>, json: bool) -> Result<ExitCode> {
             ),
         };
         println!(
-            "{mark} {name}  {}  {:.1} MB",
+            "{mark} {name}  {}  {:.1} MB, {:.1} MB its own",
             kart::untrusted::for_terminal(&holds),
             i.bytes as f64 / 1e6,
+            i.own_bytes as f64 / 1e6,
         );
         if i.uses.is_empty() {
             println!(
@@ -242,13 +258,13 @@ pub fn list(project: Option<&Project>, json: bool) -> Result<ExitCode> {
 }
 
 fn gc(cli: &Cli, home: &Home, policy: &GcPolicy, dry_run: bool) -> Result<ExitCode> {
-    let decisions = if dry_run {
-        kart::install::plan_gc(home, policy)?
+    let outcome = if dry_run {
+        kart::install::plan(home, policy)?
     } else {
         kart::install::gc(home, policy)?
     };
     let verb = if dry_run { "would remove" } else { "removed" };
-    for d in &decisions {
+    for d in &outcome.decisions {
         let name = d
             .install
             .path
@@ -257,18 +273,33 @@ fn gc(cli: &Cli, home: &Home, policy: &GcPolicy, dry_run: bool) -> Result<ExitCo
         if d.remove {
             println!(
                 "{verb} {name} ({:.1} MB): {}",
-                d.install.bytes as f64 / 1e6,
+                d.install.own_bytes as f64 / 1e6,
                 d.why
             );
         } else if dry_run || !cli.quiet {
             println!("keep {name}: {}", d.why);
         }
     }
+    let freed = &outcome.freed;
+    if freed.wheels > 0 {
+        println!(
+            "{verb} {} cached wheel(s) no install that stays was unpacked from ({:.1} MB)",
+            freed.wheels,
+            freed.wheel_bytes as f64 / 1e6
+        );
+    }
+    if freed.files > 0 {
+        println!(
+            "{verb} {} shared file(s) no install links any more ({:.1} MB)",
+            freed.files,
+            freed.file_bytes as f64 / 1e6
+        );
+    }
     if !cli.quiet {
-        let removed: Vec<_> = decisions.iter().filter(|d| d.remove).collect();
-        let bytes: u64 = removed.iter().map(|d| d.install.bytes).sum();
+        let removed: Vec<_> = outcome.decisions.iter().filter(|d| d.remove).collect();
+        let bytes: u64 = removed.iter().map(|d| d.install.own_bytes).sum();
         eprintln!(
-            "{verb} {} install(s), {:.1} MB (installs unused for {} days or named; see --unused-for)",
+            "{verb} {} install(s), {:.1} MB of files no other install shares (installs unused for {} days or named; see --unused-for)",
             removed.len(),
             bytes as f64 / 1e6,
             policy.unused_for / 86_400

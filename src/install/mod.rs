@@ -9,90 +9,41 @@
 //! release, else the index's) before it is unpacked; the folder is renamed into place
 //! whole and its record written last, so an interrupted install leaves nothing a build
 //! would use. One install at a time per home (a file lock); builds only read.
+//!
+//! Installs of one home share what they can ([`shared`]): each wheel is downloaded
+//! once into the home's wheel cache, and each file is stored once, read-only, with
+//! every install holding a hard link to it; [`inventory`] lists the installs and
+//! removes what no project uses.
 
+pub mod home;
 pub mod index;
+pub mod inventory;
+pub mod record;
 pub mod sets;
+pub mod shared;
 pub mod usage;
 pub mod wheel;
+
+pub use home::Home;
+pub use inventory::{GcDecision, GcOutcome, GcPolicy, ago, gc, list, plan, plan_gc};
+pub use record::{InstallRecord, Installed, RECORD_FORMAT};
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 
-use crate::digest::{Preimage, sha256_hex};
+use crate::digest::sha256_hex;
 use crate::error::{Error, IoContext, Result};
 use crate::project::library::{Library, LibrarySource, parse_pin};
 use crate::store::fsutil::{TEMP_PREFIX, write_atomic};
 use index::{Index, WheelFile};
-
-/// The record of a finished install, beside its folder.
-pub const RECORD_FORMAT: u32 = 1;
-
-/// The per-user folder installs live in.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct Home {
-    /// Its root.
-    pub root: PathBuf,
-}
+use record::{read_record, record_path, toolchain_install_name};
 
 impl Home {
-    /// `KART_HOME`, else `$XDG_CACHE_HOME/kart`, else `$HOME/.cache/kart`.
-    pub fn from_env() -> Result<Home> {
-        let var = |name: &str| std::env::var_os(name).filter(|v| !v.is_empty());
-        let root = if let Some(home) = var("KART_HOME") {
-            PathBuf::from(home)
-        } else if let Some(cache) = var("XDG_CACHE_HOME") {
-            PathBuf::from(cache).join("kart")
-        } else if let Some(home) = var("HOME") {
-            PathBuf::from(home).join(".cache/kart")
-        } else {
-            return Err(Error::environment(
-                "no folder for kart's installs: KART_HOME, XDG_CACHE_HOME and HOME are unset",
-                "set KART_HOME to a folder kart may write to",
-            ));
-        };
-        Ok(Home { root })
-    }
-
     /// The install folder of the toolchain `pins` names (installed or not).
     pub fn toolchain_folder(&self, pins: &ToolchainPins) -> Result<PathBuf> {
         Ok(self.toolchains().join(pins.install_name()?))
-    }
-
-    fn toolchains(&self) -> PathBuf {
-        self.root.join("toolchains")
-    }
-
-    fn libraries(&self) -> PathBuf {
-        self.root.join("libraries")
-    }
-
-    /// Holds the home for an install or a gc: one at a time, waiting up to `timeout`.
-    fn lock(&self, timeout: Duration) -> Result<std::fs::File> {
-        std::fs::create_dir_all(&self.root).at("create", &self.root)?;
-        let path = self.root.join(".lock");
-        let file = std::fs::OpenOptions::new()
-            .create(true)
-            .truncate(false)
-            .write(true)
-            .open(&path)
-            .at("open", &path)?;
-        let start = std::time::Instant::now();
-        loop {
-            match file.try_lock() {
-                Ok(()) => return Ok(file),
-                Err(std::fs::TryLockError::WouldBlock) if start.elapsed() < timeout => {
-                    std::thread::sleep(Duration::from_millis(100));
-                }
-                Err(std::fs::TryLockError::WouldBlock) => {
-                    return Err(Error::StoreBusy { path });
-                }
-                Err(std::fs::TryLockError::Error(e)) => {
-                    return Err(e).at("lock", &path);
-                }
-            }
-        }
     }
 }
 
@@ -187,115 +138,6 @@ pub fn record_use(home: &Home, folder: &Path, project_root: &Path) {
     let _ = usage::record(&home.root, folder, project_root);
 }
 
-/// The record written last into a finished install.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct InstallRecord {
-    /// [`RECORD_FORMAT`].
-    pub format: u32,
-    /// `toolchain` or `library`.
-    pub kind: String,
-    /// The release (a toolchain) or the library's name.
-    pub name: String,
-    /// The pins installed.
-    pub requirements: Vec<String>,
-    /// Each wheel's file name and sha256.
-    pub wheels: Vec<(String, String)>,
-    /// Files unpacked.
-    pub files: usize,
-    /// `kart 0.1.0`.
-    pub installed_by: String,
-}
-
-/// An install found in the home.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
-pub struct Installed {
-    /// Its folder.
-    pub path: PathBuf,
-    /// Its record.
-    pub record: InstallRecord,
-    /// Bytes on disk.
-    pub bytes: u64,
-    /// When it was installed (its record was written), seconds since the Unix epoch.
-    pub installed_at: u64,
-    /// The projects that used it, latest first.
-    pub uses: Vec<usage::Use>,
-}
-
-impl Installed {
-    /// What was installed beside a known release's wheels (`[toolchain] components`);
-    /// for a library, its pin.
-    pub fn components(&self) -> Vec<String> {
-        let base: &[&str] = match sets::known(&self.record.name) {
-            Some(known) if self.record.kind == "toolchain" => known.wheels,
-            _ => &[],
-        };
-        self.record
-            .requirements
-            .iter()
-            .filter(|r| !base.contains(&r.as_str()))
-            .cloned()
-            .collect()
-    }
-
-    /// The latest time anything used it: its last recorded use, else its install.
-    pub fn last_used(&self) -> u64 {
-        self.uses
-            .iter()
-            .map(|u| u.at)
-            .max()
-            .unwrap_or(0)
-            .max(self.installed_at)
-    }
-}
-
-/// A toolchain install's folder name: the release and a hash of the machine and the
-/// wheels (sorted).
-fn toolchain_install_name(release: &str, requirements: &[String]) -> Result<String> {
-    let mut p = Preimage::default();
-    p.push("machine", index::machine_tag()?);
-    for r in requirements {
-        p.push("wheel", r.clone());
-    }
-    Ok(format!(
-        "{release}-{}",
-        &p.digest("kart-toolchain-v1")[..16]
-    ))
-}
-
-/// The record of the install `folder`: its name and `.json`, beside it.
-fn record_path(folder: &Path) -> PathBuf {
-    let mut name = folder.file_name().unwrap_or_default().to_os_string();
-    name.push(".json");
-    folder.with_file_name(name)
-}
-
-fn read_record(folder: &Path) -> Option<InstallRecord> {
-    let parse = |path: &Path| {
-        let text = kart_runtime::text::read_text(path, kart_runtime::text::Limit::CACHE).ok()?;
-        let record: InstallRecord = serde_json::from_str(&text).ok()?;
-        (record.format == RECORD_FORMAT && folder.is_dir()).then_some(record)
-    };
-    if let Some(record) = parse(&record_path(folder)) {
-        return Some(record);
-    }
-    // Earlier versions named a toolchain's record by its name less what follows the last dot
-    // (`13.json` for `13.0-…`), one file for every install of a release: taken only
-    // when it describes this very folder, and moved to its own name.
-    let legacy = folder.with_extension("json");
-    let record = parse(&legacy)?;
-    let name = folder.file_name()?.to_str()?;
-    let mine = record.kind == "toolchain"
-        && toolchain_install_name(&record.name, &record.requirements).ok()? == name;
-    if !mine {
-        return None;
-    }
-    if let Ok(json) = serde_json::to_string_pretty(&record) {
-        let _ = write_atomic(&record_path(folder), json.as_bytes());
-    }
-    Some(record)
-}
-
 /// nvcc of the installed toolchain `pins` names, if it is installed.
 pub fn installed_nvcc(home: &Home, pins: &ToolchainPins) -> Option<PathBuf> {
     let folder = home.toolchains().join(pins.install_name().ok()?);
@@ -331,6 +173,11 @@ pub struct InstallReport {
     pub present: Vec<(String, PathBuf)>,
     /// Bytes downloaded.
     pub downloaded: u64,
+    /// Bytes of wheels taken from the home's wheel cache (hashed again, not
+    /// downloaded).
+    pub cached: u64,
+    /// The files placed: new to the home, or shared with other installs.
+    pub sharing: shared::Sharing,
 }
 
 /// Shown while installing: one wheel at a time.
@@ -444,8 +291,9 @@ fn split_pin(spec: &str) -> Result<(&str, &str)> {
     })
 }
 
-/// Downloads and checks every wheel, unpacks them into a temporary folder beside
-/// `folder`, renames it into place and writes the record.
+/// Takes every wheel from the home's wheel cache (hashed again) or downloads it there
+/// (checked), unpacks them in order into a temporary folder beside `folder` through the
+/// home's shared files, syncs it, renames it into place and writes the record.
 #[allow(clippy::too_many_arguments)]
 fn unpack_all(
     home: &Home,
@@ -459,30 +307,41 @@ fn unpack_all(
 ) -> Result<InstallRecord> {
     let parent = folder.parent().unwrap_or(&home.root);
     std::fs::create_dir_all(parent).at("create", parent)?;
-    crate::store::fsutil::sweep_temp_files_shallow(parent);
+    sweep_unfinished(parent);
     let staging = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
         .tempdir_in(parent)
         .at("create a temporary folder in", parent)?;
-    let downloads = home.root.join("downloads");
-    // A download a killed install left behind (the home's lock is held here).
-    crate::store::fsutil::sweep_temp_files_shallow(&downloads);
+    let mut store = shared::FileStore::open(&home.root)?;
     let mut files = 0;
     for wheel in wheels {
-        let file = downloads.join(format!("{}.whl", wheel.sha256));
-        if !file.is_file() {
+        let file = shared::wheel_path(&home.root, &wheel.sha256);
+        if shared::cached_wheel_ok(&file, &wheel.sha256) {
+            report.cached += std::fs::metadata(&file).map_or(0, |m| m.len());
+        } else {
+            // A download a killed install left behind (the home's lock is held here).
+            if let Some(cache) = file.parent() {
+                crate::store::fsutil::sweep_temp_files_shallow(cache);
+            }
             progress.start(&wheel.filename, wheel.size);
             index.download(wheel, &file, &|done| progress.advance(done))?;
             progress.finish(&wheel.filename);
+            shared::seal_wheel(&file)?;
             report.downloaded += std::fs::metadata(&file).map_or(0, |m| m.len());
         }
-        files += wheel::unpack(&file, staging.path())?;
-        // The wheel is unpacked; its bytes are not needed again.
-        let _ = std::fs::remove_file(&file);
+        files += wheel::unpack(&file, staging.path(), &mut store)?;
     }
+    store.sync();
+    shared::sync_tree(staging.path());
+    crate::failpoint::hit("install.before-rename", name);
     let _ = std::fs::remove_dir_all(folder);
     let staged = staging.keep();
     std::fs::rename(&staged, folder).at("rename into place", folder)?;
+    crate::store::fsutil::sync_dir(parent);
+    report.sharing.files += store.sharing.files;
+    report.sharing.new_bytes += store.sharing.new_bytes;
+    report.sharing.shared_bytes += store.sharing.shared_bytes;
+    report.sharing.copied += store.sharing.copied;
     let record = InstallRecord {
         format: RECORD_FORMAT,
         kind: kind.to_string(),
@@ -500,200 +359,20 @@ fn unpack_all(
     Ok(record)
 }
 
-/// Every finished install in the home, toolchains first, with the projects that used
-/// each.
-pub fn list(home: &Home) -> Vec<Installed> {
-    let uses = usage::all(&home.root);
-    let mut out = Vec::new();
-    for dir in [home.toolchains(), home.libraries()] {
-        let Ok(entries) = std::fs::read_dir(&dir) else {
-            continue;
-        };
-        let mut found: Vec<Installed> = entries
-            .filter_map(|e| e.ok())
-            .map(|e| e.path())
-            .filter(|p| p.is_dir())
-            .filter_map(|path| {
-                let record = read_record(&path)?;
-                let bytes = folder_bytes(&path);
-                let installed_at = std::fs::metadata(record_path(&path))
-                    .and_then(|m| m.modified())
-                    .ok()
-                    .and_then(|t| t.duration_since(std::time::UNIX_EPOCH).ok())
-                    .map_or(0, |d| d.as_secs());
-                let key = usage::install_key(&home.root, &path);
-                let mut used: Vec<usage::Use> = uses
-                    .iter()
-                    .filter(|u| key.as_deref() == Some(u.install.as_str()))
-                    .cloned()
-                    .collect();
-                used.sort_by(|a, b| b.at.cmp(&a.at).then(a.project.cmp(&b.project)));
-                Some(Installed {
-                    path,
-                    record,
-                    bytes,
-                    installed_at,
-                    uses: used,
-                })
-            })
-            .collect();
-        found.sort_by(|a, b| a.path.cmp(&b.path));
-        out.extend(found);
-    }
-    out
-}
-
-fn folder_bytes(dir: &Path) -> u64 {
-    let mut total = 0;
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in entries.filter_map(|e| e.ok()) {
-            match e.file_type() {
-                Ok(t) if t.is_dir() => stack.push(e.path()),
-                Ok(t) if t.is_file() => total += e.metadata().map_or(0, |m| m.len()),
-                _ => {}
-            }
-        }
-    }
-    total
-}
-
-/// Which installs a gc removes.
-#[derive(Clone, Debug)]
-pub struct GcPolicy {
-    /// Installs never removed: the current project's.
-    pub keep: Vec<PathBuf>,
-    /// Installs removed whenever they were last used (folder names or paths).
-    pub named: Vec<String>,
-    /// Installs no project used for this long (seconds) are removed.
-    pub unused_for: u64,
-}
-
-/// One install a gc looked at: whether it goes, and why.
-#[derive(Clone, Debug, Serialize)]
-pub struct GcDecision {
-    /// The install.
-    pub install: Installed,
-    /// Whether it is (or would be) removed.
-    pub remove: bool,
-    /// Why, in words.
-    pub why: String,
-}
-
-/// `3 days`, `5 hours`, `12 minutes`, `40 seconds`.
-pub fn ago(seconds: u64) -> String {
-    let (n, unit) = match seconds {
-        s if s >= 2 * 86_400 => (s / 86_400, "days"),
-        s if s >= 2 * 3600 => (s / 3600, "hours"),
-        s if s >= 2 * 60 => (s / 60, "minutes"),
-        s => (s, "seconds"),
+/// Removes the temporary folders (and files) of installs that never finished in
+/// `dir`: their links would keep shared files alive. Only under the home's lock.
+fn sweep_unfinished(dir: &Path) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
     };
-    format!("{n} {unit} ago")
-}
-
-fn last_use_words(installed: &Installed, now: u64) -> String {
-    match installed.uses.first() {
-        Some(u) => format!(
-            "last used {} by {}",
-            ago(now.saturating_sub(u.at)),
-            crate::untrusted::for_terminal(&u.project.display().to_string())
-        ),
-        None => format!(
-            "installed {} and used by no project since",
-            ago(now.saturating_sub(installed.installed_at))
-        ),
-    }
-}
-
-/// What a gc under `policy` removes and keeps, install by install. A name in
-/// `policy.named` that is no install is an error.
-pub fn plan_gc(home: &Home, policy: &GcPolicy) -> Result<Vec<GcDecision>> {
-    let installed = list(home);
-    let now = usage::now();
-    let names = |i: &Installed| {
-        let file = i.path.file_name().map(|n| n.to_string_lossy().into_owned());
-        let path = i.path.display().to_string();
-        move |n: &String| Some(n) == file.as_ref() || *n == path
-    };
-    for n in &policy.named {
-        if !installed.iter().any(|i| names(i)(n)) {
-            let known: Vec<String> = installed
-                .iter()
-                .filter_map(|i| i.path.file_name())
-                .map(|n| n.to_string_lossy().into_owned())
-                .collect();
-            return Err(Error::usage(
-                format!(
-                    "no install named `{}` in {}",
-                    crate::untrusted::for_terminal(n),
-                    home.root.display()
-                ),
-                Some(if known.is_empty() {
-                    "nothing is installed there".to_string()
-                } else {
-                    format!("the installs are: {}", known.join(", "))
-                }),
-            ));
-        }
-    }
-    Ok(installed
-        .into_iter()
-        .map(|install| {
-            let named = policy.named.iter().any(names(&install));
-            let idle = now.saturating_sub(install.last_used());
-            let (remove, why) = if policy.keep.contains(&install.path) {
-                (false, "this project pins it".to_string())
-            } else if named {
-                (true, "named".to_string())
-            } else if idle >= policy.unused_for {
-                (true, last_use_words(&install, now))
+    for e in entries.flatten() {
+        if e.file_name().to_string_lossy().starts_with(TEMP_PREFIX) {
+            let path = e.path();
+            let _ = if e.file_type().is_ok_and(|t| t.is_dir()) {
+                std::fs::remove_dir_all(&path)
             } else {
-                (false, last_use_words(&install, now))
+                std::fs::remove_file(&path)
             };
-            GcDecision {
-                install,
-                remove,
-                why,
-            }
-        })
-        .collect())
-}
-
-/// Removes the installs `policy` names or finds unused, never `policy.keep`, and
-/// leftovers of unfinished installs. Returns every decision, removed ones marked.
-pub fn gc(home: &Home, policy: &GcPolicy) -> Result<Vec<GcDecision>> {
-    let _lock = home.lock(Duration::from_secs(60))?;
-    let decisions = plan_gc(home, policy)?;
-    for d in decisions.iter().filter(|d| d.remove) {
-        let path = &d.install.path;
-        let _ = std::fs::remove_file(record_path(path));
-        std::fs::remove_dir_all(path).at("remove", path)?;
-    }
-    let kept: Vec<String> = decisions
-        .iter()
-        .filter(|d| !d.remove)
-        .filter_map(|d| usage::install_key(&home.root, &d.install.path))
-        .collect();
-    // Uses of removed installs, and unreadable use files, go too.
-    usage::prune(&home.root, |u| kept.contains(&u.install))?;
-    for dir in [
-        home.toolchains(),
-        home.libraries(),
-        home.root.join("downloads"),
-    ] {
-        crate::store::fsutil::sweep_temp_files_shallow(&dir);
-        // Folders without a record are installs that never finished.
-        if let Ok(entries) = std::fs::read_dir(&dir) {
-            for e in entries.filter_map(|e| e.ok()) {
-                let p = e.path();
-                if p.is_dir() && read_record(&p).is_none() {
-                    let _ = std::fs::remove_dir_all(&p);
-                }
-            }
         }
     }
-    Ok(decisions)
 }

@@ -1,10 +1,12 @@
-//! Unpacking a wheel (a zip file) into a folder, as `pip install --target` lays it out.
-//! A wheel is data from the network: a member whose path is absolute, leaves the
-//! folder, or is a link is refused, and sizes are bounded.
+//! Unpacking a wheel (a zip file) into a folder, as `pip install --target` lays it out,
+//! each file through the home's shared files ([`super::shared`]): the folder gets a
+//! hard link to the one copy of those bytes. A wheel is data from the network: a
+//! member whose path is absolute, leaves the folder, or is a link is refused, and sizes
+//! are bounded.
 
-use std::io::Read;
 use std::path::{Component, Path, PathBuf};
 
+use super::shared::{FileStore, Put};
 use crate::error::{Error, IoContext, Result};
 
 /// The most one wheel may unpack to: the largest toolkit component wheels unpack to a
@@ -16,11 +18,13 @@ const MAX_UNPACKED_BYTES: u64 = 16 << 30;
 const MAX_RATIO: u64 = 20;
 const MIN_BOUND: u64 = 64 << 20;
 
-/// Unpacks `wheel` into `dest` (created if needed); files already there are replaced
-/// (wheels of one toolkit share a few files, as pip's installs do). Returns the number
-/// of files written. The members may hold at most `MAX_RATIO` times the wheel's size
-/// (at least 64 MiB, at most 16 GiB), checked against what each member really holds.
-pub fn unpack(wheel: &Path, dest: &Path) -> Result<usize> {
+/// Unpacks `wheel` into `dest` (created if needed), each file stored in `store` and
+/// linked (else copied) from there; files already in `dest` are replaced (wheels of one
+/// toolkit share a few files, as pip's installs do). Returns the number of files
+/// placed. The members may hold at most `MAX_RATIO` times the wheel's size (at least
+/// 64 MiB, at most 16 GiB), checked against what each member really holds. Files are
+/// read-only (0444, or 0555 where the wheel marks them executable).
+pub fn unpack(wheel: &Path, dest: &Path, store: &mut FileStore) -> Result<usize> {
     let file = std::fs::File::open(wheel).at("open", wheel)?;
     let packed = file.metadata().at("read", wheel)?.len();
     let bound = packed
@@ -66,21 +70,19 @@ pub fn unpack(wheel: &Path, dest: &Path) -> Result<usize> {
         if let Some(parent) = path.parent() {
             std::fs::create_dir_all(parent).at("create", parent)?;
         }
-        let mode = member.unix_mode().unwrap_or(0o644);
-        // Replace, never write through: an existing file may be a hard link elsewhere.
-        let _ = std::fs::remove_file(&path);
-        let mut out = std::fs::File::create(&path).at("create", &path)?;
+        let executable = member.unix_mode().unwrap_or(0o644) & 0o111 != 0;
         let size = member.size();
-        let copied =
-            std::io::copy(&mut (&mut member).take(size + 1), &mut out).at("write", &path)?;
-        if copied != size {
-            return Err(bad(format!(
-                "member {} holds {copied} bytes, not the {} its header says",
-                crate::untrusted::quoted(&name),
-                size
-            )));
-        }
-        set_mode(&path, mode)?;
+        let stored = match store.put(&mut member, size, executable)? {
+            Put::Stored(stored) => stored,
+            Put::WrongSize(copied) => {
+                return Err(bad(format!(
+                    "member {} holds {copied} bytes, not the {size} its header says",
+                    crate::untrusted::quoted(&name)
+                )));
+            }
+        };
+        // Replace, never write through: an existing file is a hard link elsewhere.
+        store.place(&stored, &path)?;
         written += 1;
     }
     Ok(written)
@@ -98,15 +100,6 @@ fn safe_path(name: &str) -> Option<PathBuf> {
         }
     }
     (!out.as_os_str().is_empty()).then_some(out)
-}
-
-/// The member's permission bits, executable ones kept (nvcc, ptxas, cicc), nothing
-/// beyond `rwx` for user, group and others.
-fn set_mode(path: &Path, mode: u32) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let mode = (mode & 0o755) | 0o600;
-    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
-        .at("set the mode of", path)
 }
 
 #[cfg(test)]
@@ -149,19 +142,20 @@ mod tests {
             ],
         );
         let out = dir.path().join("out");
-        assert_eq!(unpack(&good, &out).unwrap(), 2);
+        let mut store = FileStore::open(&dir.path().join("home")).unwrap();
+        assert_eq!(unpack(&good, &out, &mut store).unwrap(), 2);
         let mode = std::fs::metadata(out.join("pkg/bin/tool"))
             .unwrap()
             .permissions()
             .mode();
-        assert_eq!(mode & 0o777, 0o755);
+        assert_eq!(mode & 0o777, 0o555);
         assert_eq!(
             std::fs::read(out.join("pkg/include/a.h")).unwrap(),
             b"// a\n"
         );
 
         let hostile = make("bad.whl", &[("../escape.h", 0o644, b"x")]);
-        let err = unpack(&hostile, &dir.path().join("out2")).unwrap_err();
+        let err = unpack(&hostile, &dir.path().join("out2"), &mut store).unwrap_err();
         assert!(err.to_string().contains("not a relative path"), "{err}");
         assert!(!dir.path().join("escape.h").exists());
     }
@@ -187,7 +181,8 @@ mod tests {
         let packed = std::fs::metadata(&path).unwrap().len();
         assert!(packed < 1 << 20, "{packed}");
         let out = dir.path().join("out");
-        let err = unpack(&path, &out).unwrap_err();
+        let mut store = FileStore::open(&dir.path().join("home")).unwrap();
+        let err = unpack(&path, &out, &mut store).unwrap_err();
         assert!(err.to_string().contains("zip bomb"), "{err}");
         // The first member fits the 64 MiB floor no more than the second: nothing of
         // either was written beyond the bound.

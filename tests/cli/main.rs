@@ -14,6 +14,7 @@ mod malformed;
 mod reapi;
 mod remote;
 mod s3;
+mod sharing;
 mod templates;
 mod toolchain;
 mod trust;

@@ -1,9 +1,10 @@
 //! kart for a project of one's own, with nothing of kart's repository: `kart init` in a
 //! temporary folder, `kart toolchain install` of the pinned nvcc, a toolkit component
 //! (cuRAND) and a header library (CUTLASS) from PyPI into kart's home, then build,
-//! `--locked`, export and doctor. Real downloads: every test that installs shares one
-//! home under cargo's target folder, which kart locks while installing, so a second
-//! run (or another test binary) downloads nothing.
+//! `--locked`, export and doctor. Real downloads: every test that installs from PyPI
+//! shares one home under cargo's target folder, which kart locks while installing, so a
+//! second run (or another test binary) downloads nothing; the tests with a package index
+//! on loopback take nvcc's real wheels from that home's wheel cache.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -11,11 +12,11 @@ use std::process::{Command, Output};
 use crate::harness::{stderr, stdout, text};
 
 /// The home shared by the tests that install (kept between runs).
-fn shared_home() -> PathBuf {
+pub(crate) fn shared_home() -> PathBuf {
     Path::new(env!("CARGO_TARGET_TMPDIR")).join("kart-home")
 }
 
-fn kart(dir: &Path, home: &Path, args: &[&str]) -> Output {
+pub(crate) fn kart(dir: &Path, home: &Path, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kart"))
         .args(args)
         .current_dir(dir)
@@ -30,7 +31,7 @@ fn kart(dir: &Path, home: &Path, args: &[&str]) -> Output {
         .expect("the kart binary runs")
 }
 
-fn ok(dir: &Path, home: &Path, args: &[&str]) -> Output {
+pub(crate) fn ok(dir: &Path, home: &Path, args: &[&str]) -> Output {
     let out = kart(dir, home, args);
     assert!(out.status.success(), "kart {args:?}\n{}", text(&out));
     out
@@ -270,7 +271,7 @@ fn a_hostile_index_is_bounded_in_bytes_and_time_and_leaves_nothing() {
         assert!(stderr(&out).contains(phrase), "{}", text(&out));
         assert!(took < seconds, "{took} s: {}", text(&out));
         // Nothing downloaded is left behind, and nothing is installed.
-        let downloads = home.join("downloads");
+        let downloads = home.join("wheels/v1");
         let left: Vec<_> = std::fs::read_dir(&downloads)
             .map(|d| d.flatten().map(|e| e.path()).collect())
             .unwrap_or_default();
@@ -293,30 +294,47 @@ fn fake_wheel(members: &[(&str, u32, &[u8])]) -> Vec<u8> {
     out.into_inner()
 }
 
-/// Puts small fake wheels of nvcc 13.0 in `home`'s downloads, under kart's pinned
-/// sha256 (an install takes a download already there as checked).
+/// nvcc 13.0's real wheels in the shared home's wheel cache, installed there from
+/// PyPI first if they are not (with a small component no other test pins, so that a
+/// home whose installs all predate the wheel cache downloads them too).
+fn real_nvcc_wheels() -> Vec<PathBuf> {
+    let home = shared_home();
+    let paths: Vec<PathBuf> = NVCC_WHEELS
+        .iter()
+        .map(|(_, file)| {
+            let sha = kart::install::sets::pinned_sha256(file).unwrap();
+            home.join(kart::install::shared::WHEELS)
+                .join(format!("{sha}.whl"))
+        })
+        .collect();
+    if !paths.iter().all(|p| p.is_file()) {
+        let tmp = tempfile::tempdir().unwrap();
+        ok(tmp.path(), &home, &["init", "p"]);
+        let dir = tmp.path().join("p");
+        set_components(&dir, &["nvidia-nvtx==13.0.85"]);
+        ok(&dir, &home, &["toolchain", "install"]);
+    }
+    paths
+}
+
+/// Puts nvcc 13.0's wheels in `home`'s wheel cache (hard links to the shared home's,
+/// else copies): an install hashes them again and downloads none.
 fn seed_nvcc_wheels(home: &Path) {
-    let downloads = home.join("downloads");
-    std::fs::create_dir_all(&downloads).unwrap();
-    for (name, file) in NVCC_WHEELS {
-        let sha = kart::install::sets::pinned_sha256(file).unwrap();
-        let members: Vec<(&str, u32, &[u8])> = if *name == "nvidia-cuda-nvcc" {
-            vec![
-                ("nvidia/cu13/bin/nvcc", 0o755, b"#!/bin/sh\nexit 1\n"),
-                ("nvidia/cu13/bin/ptxas", 0o755, b"#!/bin/sh\nexit 1\n"),
-            ]
-        } else {
-            vec![("nvidia/cu13/include/x.h", 0o644, name.as_bytes())]
-        };
-        std::fs::write(downloads.join(format!("{sha}.whl")), fake_wheel(&members)).unwrap();
+    let cache = home.join(kart::install::shared::WHEELS);
+    std::fs::create_dir_all(&cache).unwrap();
+    for wheel in real_nvcc_wheels() {
+        let dest = cache.join(wheel.file_name().unwrap());
+        if !dest.exists() && std::fs::hard_link(&wheel, &dest).is_err() {
+            std::fs::copy(&wheel, &dest).unwrap();
+        }
     }
 }
 
-/// A package index on loopback with nvcc 13.0's wheels (whose small fake bytes are
-/// put in `home`'s downloads under kart's pinned sha256, so no byte of them is
-/// fetched) and each of `components` (`name==version`) as a small wheel holding its
-/// dist-info. Returns its URL and the wheel files downloaded from it so far.
-fn fake_index(
+/// A package index on loopback with nvcc 13.0's wheels (put in `home`'s wheel cache,
+/// so no byte of them is fetched: the index answers 404 for them) and each of
+/// `components` (`name==version`) as a small wheel holding its dist-info and a header.
+/// Returns its URL and the wheel files downloaded from it so far.
+pub(crate) fn fake_index(
     home: &Path,
     components: &[&str],
 ) -> (String, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
@@ -397,7 +415,7 @@ fn fake_index(
 }
 
 /// kart in `dir` with `home` and the package index at `index`.
-fn kart_at(dir: &Path, home: &Path, index: &str, args: &[&str]) -> Output {
+pub(crate) fn kart_at(dir: &Path, home: &Path, index: &str, args: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_kart"))
         .args(args)
         .current_dir(dir)
@@ -413,14 +431,14 @@ fn kart_at(dir: &Path, home: &Path, index: &str, args: &[&str]) -> Output {
 }
 
 /// A new project `name` under `parent` pinning nvcc 13.0 with `components`; its root.
-fn project_with(parent: &Path, home: &Path, name: &str, components: &[&str]) -> PathBuf {
+pub(crate) fn project_with(parent: &Path, home: &Path, name: &str, components: &[&str]) -> PathBuf {
     ok(parent, home, &["init", name]);
     let dir = parent.join(name);
     set_components(&dir, components);
     std::fs::canonicalize(dir).unwrap()
 }
 
-fn set_components(dir: &Path, components: &[&str]) {
+pub(crate) fn set_components(dir: &Path, components: &[&str]) {
     let toml = std::fs::read_to_string(dir.join("kart.toml")).unwrap();
     let start = toml.find("nvcc = \"13.0\"").unwrap() + "nvcc = \"13.0\"".len();
     let end = toml[start..].find("\n[").map_or(toml.len(), |i| start + i);
@@ -443,7 +461,6 @@ fn a_build_after_a_components_change_names_the_set_that_is_not_installed() {
     let out = kart_at(&dir, &home, &index, &["toolchain", "install"]);
     assert!(out.status.success(), "{}", text(&out));
     set_components(&dir, &["nvidia-fake-a==1.0"]);
-    seed_nvcc_wheels(&home);
     let out = kart_at(&dir, &home, &index, &["build"]);
     assert_eq!(out.status.code(), Some(3), "{}", text(&out));
     let said = stderr(&out);
@@ -465,7 +482,7 @@ fn a_build_after_a_components_change_names_the_set_that_is_not_installed() {
 }
 
 /// The folder name of `dir`'s installed toolchain.
-fn install_name(dir: &Path, home: &Path, index: &str) -> String {
+pub(crate) fn install_name(dir: &Path, home: &Path, index: &str) -> String {
     let out = kart_at(dir, home, index, &["toolchain", "path"]);
     assert!(out.status.success(), "{}", text(&out));
     let path = stdout(&out);
@@ -484,7 +501,6 @@ fn toolchain_gc_keeps_what_other_projects_use_and_list_tells_installs_apart() {
     let one = project_with(tmp.path(), &home, "one", &[]);
     let two = project_with(tmp.path(), &home, "two", &["nvidia-fake-a==1.0"]);
     for dir in [&one, &two] {
-        seed_nvcc_wheels(&home);
         let out = kart_at(dir, &home, &index, &["toolchain", "install"]);
         assert!(out.status.success(), "{}", text(&out));
     }

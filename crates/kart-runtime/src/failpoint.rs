@@ -12,7 +12,8 @@
 //! stored, its action entry not yet), `lock.write` (the lock is about to be written),
 //! `write-atomic.after-write` (temp file written, not synced), `write-atomic.before-rename`
 //! (synced, not renamed), `write-atomic.after-rename`, `fetch.download`, `fetch.store`,
-//! `gc.remove`, `attest-worker`.
+//! `gc.remove`, `attest-worker`, `install.before-rename` (a toolchain install's files
+//! are linked and synced, its folder not yet renamed into place).
 
 use std::io::Write;
 use std::sync::atomic::{AtomicUsize, Ordering};

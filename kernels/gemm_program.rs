@@ -15,11 +15,11 @@ use std::path::Path;
 use std::sync::Arc;
 
 use cudarc::driver::CudaStream;
+use kart::deploy::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 use kart::model::Config;
 use kart::project::{Kernel, Project};
 use kart::runtime::{Gpu, LoadedArtifact, Runtime};
 use kart::store::sidecar::Sidecar as _;
-use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
 pub type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -204,7 +204,8 @@ fn configs_for<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Vec<Config> {
         .iter()
         .filter(|a| a.kernel == G::KERNEL)
         .filter(|a| {
-            kart::tune::artifact_for(rt.lock(), G::KERNEL, &a.config, gpu.capability).is_some()
+            kart::deploy::tune::artifact_for(rt.lock(), G::KERNEL, &a.config, gpu.capability)
+                .is_some()
         })
         .map(|a| a.config.clone())
         .collect();
@@ -247,12 +248,12 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
             }
         }
     }
-    kart::attest::record_all(
+    kart::deploy::attest::record_all(
         Path::new("."),
         rt.lock(),
         gpu,
         &passed,
-        kart::attest::Check::Correct,
+        kart::deploy::attest::Check::Correct,
     )?;
     println!(
         "{} configs correct, {failed} failed on {}; recorded in kart.attest",
@@ -266,7 +267,7 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
     let mut bench = Bench::<G>::new(gpu, 42);
     let mut records = Vec::new();
     for problem in G::problems() {
-        let (trials, record) = kart::tune::tune_problem(
+        let (trials, record) = kart::deploy::tune::tune_problem(
             rt,
             gpu,
             &[kernel],
@@ -300,19 +301,19 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
             records.push(r);
         }
     }
-    kart::tune::save_records(Path::new("."), records)?;
+    kart::deploy::tune::save_records(Path::new("."), records)?;
     println!("kart.tune written");
     Ok(())
 }
 
 fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
-    let path = Path::new(kart::tune::TUNE_FILE);
+    let path = Path::new(kart::deploy::tune::TUNE_FILE);
     let tune = TuneFile::read(path, path)?;
     let mut bench = Bench::<G>::new(gpu, 7);
     let mut ok = true;
     for problem in G::problems().into_iter().chain([G::unseen_problem()]) {
         let t0 = std::time::Instant::now();
-        let kart::tune::Choice { config, source, .. } = kart::tune::best(
+        let kart::deploy::tune::Choice { config, source, .. } = kart::deploy::tune::best(
             &tune,
             rt.lock(),
             &[kernel],
@@ -324,7 +325,7 @@ fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
         let loaded = gpu.kernel(rt, G::KERNEL, &config)?;
         let correct = G::check_once(gpu, &loaded, G::DEMO_CHECK, &mut bench.seed)?;
         ok &= correct.is_ok();
-        let us = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
+        let us = kart::deploy::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
             bench.launch(&loaded, &config, &problem, i)
         })?;
         println!(

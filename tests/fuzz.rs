@@ -220,12 +220,14 @@ fn fuzz_attest_and_tune() {
     let path = dir.path().join("f");
     fuzz("kart.attest", &corpus("kart.attest"), |b| {
         std::fs::write(&path, b).map_err(|_| ())?;
-        let f = kart::attest::AttestFile::read(&path, Path::new("kart.attest")).map_err(|_| ())?;
+        let f = kart::deploy::attest::AttestFile::read(&path, Path::new("kart.attest"))
+            .map_err(|_| ())?;
         Ok(f.records.into_iter().map(|r| r.digest).collect())
     });
     fuzz("kart.tune", &corpus("kart.tune"), |b| {
         std::fs::write(&path, b).map_err(|_| ())?;
-        let f = kart::tune::TuneFile::read(&path, Path::new("kart.tune")).map_err(|_| ())?;
+        let f =
+            kart::deploy::tune::TuneFile::read(&path, Path::new("kart.tune")).map_err(|_| ())?;
         Ok(f.records.into_iter().map(|r| r.digest).collect())
     });
 }
@@ -285,7 +287,7 @@ fn fuzz_deployment_files() {
     });
     fuzz("problems file", &corpus("problems.toml"), |b| {
         std::fs::write(&path, b).map_err(|_| ())?;
-        kart::coverage::read_problems(&path, Path::new("problems.toml"))
+        kart::deploy::coverage::read_problems(&path, Path::new("problems.toml"))
             .map(|_| Vec::new())
             .map_err(|_| ())
     });

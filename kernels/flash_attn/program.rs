@@ -21,11 +21,11 @@ use std::sync::Arc;
 
 use cudarc::driver::{CudaSlice, CudaStream, DevicePtr, DevicePtrMut};
 use half::f16;
+use kart::deploy::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 use kart::model::Config;
 use kart::project::{Kernel, Project};
 use kart::runtime::{Gpu, KernelArg, LoadedArtifact, Runtime};
 use kart::store::sidecar::Sidecar as _;
-use kart::tune::{Problem, TuneBench, TuneFile, TuneSettings};
 
 type Res<T> = Result<T, Box<dyn std::error::Error>>;
 
@@ -219,9 +219,14 @@ fn configs_for(
             .iter()
             .filter(|a| {
                 a.kernel == kernel.name
-                    && kart::tune::matches_exact(kernel, &a.config, &problem)
-                    && kart::tune::artifact_for(rt.lock(), &kernel.name, &a.config, gpu.capability)
-                        .is_some()
+                    && kart::deploy::tune::matches_exact(kernel, &a.config, &problem)
+                    && kart::deploy::tune::artifact_for(
+                        rt.lock(),
+                        &kernel.name,
+                        &a.config,
+                        gpu.capability,
+                    )
+                    .is_some()
             })
             .map(|a| a.config.clone())
             .collect();
@@ -271,12 +276,12 @@ fn check(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
             }
         }
     }
-    kart::attest::record_all(
+    kart::deploy::attest::record_all(
         Path::new("."),
         rt.lock(),
         gpu,
         &passed,
-        kart::attest::Check::Correct,
+        kart::deploy::attest::Check::Correct,
     )?;
     println!(
         "{} configs correct on {}; recorded in kart.attest",
@@ -414,7 +419,7 @@ fn tune(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<()> {
     };
     let mut records = Vec::new();
     for problem in problems() {
-        let (trials, record) = kart::tune::tune_problem(
+        let (trials, record) = kart::deploy::tune::tune_problem(
             rt,
             gpu,
             family,
@@ -451,13 +456,13 @@ fn tune(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<()> {
             records.push(r);
         }
     }
-    kart::tune::save_records(Path::new("."), records)?;
+    kart::deploy::tune::save_records(Path::new("."), records)?;
     println!("kart.tune written");
     Ok(())
 }
 
 fn demo(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
-    let path = Path::new(kart::tune::TUNE_FILE);
+    let path = Path::new(kart::deploy::tune::TUNE_FILE);
     let tune = TuneFile::read(path, path)?;
     let mut bench = Bench {
         gpu,
@@ -469,11 +474,11 @@ fn demo(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     let mut ok = true;
     for problem in problems() {
         let t0 = std::time::Instant::now();
-        let kart::tune::Choice {
+        let kart::deploy::tune::Choice {
             kernel,
             config,
             source,
-        } = kart::tune::best(
+        } = kart::deploy::tune::best(
             &tune,
             rt.lock(),
             family,
@@ -487,7 +492,7 @@ fn demo(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
         let case = Case::new(2, 128, d, problem["causal"] == 1, &mut bench.seed);
         let correct = check_once(gpu, &loaded, &case)?;
         ok &= correct.is_ok();
-        let record = kart::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
+        let record = kart::deploy::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
             bench.launch(&loaded, &config, &problem, i)
         })?;
         println!(

@@ -32,15 +32,19 @@ pub fn run(
         targets: targets.to_vec(),
         all_configs,
     };
-    let tune_path = ws.project.root.join(kart::tune::TUNE_FILE);
-    let tune = kart::tune::TuneFile::read(&tune_path, std::path::Path::new(kart::tune::TUNE_FILE))?;
+    let tune_path = ws.project.root.join(kart::deploy::tune::TUNE_FILE);
+    let tune = kart::deploy::tune::TuneFile::read(
+        &tune_path,
+        std::path::Path::new(kart::deploy::tune::TUNE_FILE),
+    )?;
     let mut chosen = kart::export::select(&ws.project, &lock, &tune, &options)?;
     if let Some(file) = fleet {
         // The fleet's selection: of the chosen cubins, those some GPU of it loads.
         let gpus = kart::project::fleet::read_fleet_file(file, file)?;
         let chosen_ids: std::collections::HashSet<_> = chosen.iter().map(|c| c.id()).collect();
-        let loaded =
-            kart::coverage::fleet_artifacts(&lock, &gpus, &|a| chosen_ids.contains(&a.id()));
+        let loaded = kart::deploy::coverage::fleet_artifacts(&lock, &gpus, &|a| {
+            chosen_ids.contains(&a.id())
+        });
         if loaded.is_empty() {
             return Err(Error::usage(
                 "no cubin of the selection loads on the fleet's GPUs",
@@ -87,7 +91,7 @@ pub fn run(
                 "warning: {stale} record(s) of {} time blobs kart.lock no longer names for their configs (the kernel, its flags or the \
                  toolchain changed, or kart.lock was rebuilt); \
                  best() answers those problems with defaults until they are tuned again (`kart tune` marks them stale)",
-                kart::tune::TUNE_FILE
+                kart::deploy::tune::TUNE_FILE
             );
         }
     }

@@ -5,15 +5,15 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use kart::attest::{ATTEST_FILE, AttestFile};
-use kart::coverage::{Coverage, CoverageInput, Need};
+use kart::deploy::attest::{ATTEST_FILE, AttestFile};
+use kart::deploy::coverage::{Coverage, CoverageInput, Need};
+use kart::deploy::tune::{TUNE_FILE, TuneFile};
 use kart::error::{Error, Result};
 use kart::model::Problem;
 use kart::project::fleet::{FleetGpu, read_fleet_file};
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::store::sidecar::Sidecar as _;
 use kart::trace::TraceRecord;
-use kart::tune::{TUNE_FILE, TuneFile};
 use kart::workspace::Workspace;
 
 /// The lock and sidecars every fleet command reads.
@@ -49,7 +49,7 @@ fn fleet(
     if !ws.project.fleet.is_empty() {
         return Ok((ws.project.fleet.clone(), "kart.toml [[fleet]]".into()));
     }
-    let gpus = kart::coverage::fleet_of_records(&records.attest, &records.tune);
+    let gpus = kart::deploy::coverage::fleet_of_records(&records.attest, &records.tune);
     if gpus.is_empty() {
         return Err(Error::usage(
             "no fleet: kart.toml has no [[fleet]], and kart.attest and kart.tune name no GPU",
@@ -83,19 +83,21 @@ pub struct CoverageArgs<'a> {
 /// `kart coverage`.
 pub fn coverage(ws: &Workspace, args: &CoverageArgs<'_>) -> Result<ExitCode> {
     let records = records(ws)?;
-    kart::coverage::check_kernels(&records.lock, args.kernels)?;
+    kart::deploy::coverage::check_kernels(&records.lock, args.kernels)?;
     let (gpus, source) = fleet(ws, args.fleet, &records)?;
     let Records { lock, tune, attest } = records;
     let mut problems: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
     if let Some(path) = args.problems {
-        problems = kart::coverage::read_problems(path, path)?;
+        problems = kart::deploy::coverage::read_problems(path, path)?;
     }
     if let Some(path) = args.trace {
-        for (kernel, traced) in kart::coverage::problems_of_trace(&ws.project, &read_trace(path)?) {
+        for (kernel, traced) in
+            kart::deploy::coverage::problems_of_trace(&ws.project, &read_trace(path)?)
+        {
             problems.entry(kernel).or_default().extend(traced);
         }
     }
-    let report = kart::coverage::coverage(&CoverageInput {
+    let report = kart::deploy::coverage::coverage(&CoverageInput {
         project: &ws.project,
         lock: &lock,
         tune: &tune,
@@ -255,7 +257,7 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
         Some(path) => {
             let trace = read_trace(path)?;
             made_for.push(format!("the configs of a trace of {} records", trace.len()));
-            Some(kart::bundle::traced_configs(
+            Some(kart::deploy::bundle::traced_configs(
                 &ws.project,
                 &lock,
                 &tune,
@@ -265,8 +267,9 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
         }
         None => None,
     };
-    let chosen = kart::bundle::select(&lock, &gpus, args.kernels, traced.as_ref())?;
-    let bundle = kart::bundle::make(output, &ws.store, &lock, &chosen, &tune, &attest, made_for)?;
+    let chosen = kart::deploy::bundle::select(&lock, &gpus, args.kernels, traced.as_ref())?;
+    let bundle =
+        kart::deploy::bundle::make(output, &ws.store, &lock, &chosen, &tune, &attest, made_for)?;
     let file_bytes = std::fs::metadata(output).map(|m| m.len()).unwrap_or(0);
     let all_bytes: u64 = {
         let mut seen = BTreeSet::new();
@@ -316,7 +319,7 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
 /// `kart bundle --inspect`: the bundle at `path`, named `shown` (as given).
 pub fn inspect(path: &Path, shown: &Path, json: bool) -> Result<ExitCode> {
     let bundle = kart::store::bundle::Bundle::open(path)?;
-    let rows = kart::bundle::inspect(&bundle)?;
+    let rows = kart::deploy::bundle::inspect(&bundle)?;
     let tune = TuneFile::from_bundle(&bundle)?;
     let index = bundle.index();
     let attestations = if index.attest.trim().is_empty() {

@@ -3,8 +3,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
+use kart::deploy::maintain::{self, ListRow};
 use kart::error::Result;
-use kart::maintain::{self, ListRow};
 use kart::workspace::Workspace;
 
 use super::print_json;

@@ -29,7 +29,8 @@ use clap_complete::ArgValueCandidates;
 
 use kart::error::{Error, Result};
 use kart::model::ParamValue;
-use kart::pipeline::{Shard, parse_param};
+use kart::model::parse_param;
+use kart::pipeline::Shard;
 use kart::project::Project;
 use kart::store::LockMode;
 use kart::target::TargetArch;
@@ -273,7 +274,7 @@ pub enum Command {
         trace: Option<PathBuf>,
         /// Exit 1 if any kernel misses one of these on any GPU: cubin, tuned, attested.
         #[arg(long, value_name = "NEED,…", value_delimiter = ',')]
-        require: Vec<kart::coverage::Need>,
+        require: Vec<kart::deploy::coverage::Need>,
         /// The report as JSON on stdout.
         #[arg(long)]
         json: bool,

@@ -38,7 +38,7 @@ pub fn run(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<
 
 /// `kart smoke --all`: attest every loadable cubin of the lock.
 pub fn attest(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
-    use kart::attest::{ATTEST_FILE, Outcome, check_in_children, loadable_cubins};
+    use kart::deploy::attest::{ATTEST_FILE, Outcome, check_in_children, loadable_cubins};
     let lock = ws.lock()?;
     let gpu = kart::runtime::Gpu::open(0)?;
     let candidates = loadable_cubins(&lock, gpu.capability);
@@ -66,7 +66,7 @@ pub fn attest(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
         match outcome {
             Outcome::Passed(check) => {
                 println!("  {:?}  {}", check, artifact.describe());
-                records.push(kart::attest::record(artifact, &gpu, check));
+                records.push(kart::deploy::attest::record(artifact, &gpu, check));
             }
             Outcome::Failed(why) | Outcome::Crashed(why) => {
                 failed += 1;
@@ -75,7 +75,7 @@ pub fn attest(cli: &Cli, ws: &Workspace) -> Result<ExitCode> {
         }
     }
     let passed = records.len();
-    let changed = kart::attest::save_records(&ws.project.root, records, &lock)?;
+    let changed = kart::deploy::attest::save_records(&ws.project.root, records, &lock)?;
     println!(
         "attest: {passed} passed, {failed} failed on {}; {ATTEST_FILE} {}",
         gpu.name,
@@ -96,7 +96,7 @@ pub fn attest_worker(root: &std::path::Path, digests: &[String]) -> Result<ExitC
     let mut out = std::io::stdout().lock();
     for digest in digests {
         kart::failpoint::hit("attest-worker", digest);
-        let report = kart::attest::check_blob(&rt, &gpu, digest);
+        let report = kart::deploy::attest::check_blob(&rt, &gpu, digest);
         let line = serde_json::to_string(&report).unwrap_or_default();
         // The parent reads each line as it comes; a lost stdout ends the work.
         if writeln!(out, "{line}").and_then(|()| out.flush()).is_err() {

@@ -70,10 +70,13 @@ pub fn run(ws: &Workspace, kernels: &[String], run: bool, json: bool) -> Result<
             ExitCode::SUCCESS
         });
     }
-    let path = ws.project.root.join(kart::tune::TUNE_FILE);
-    let tune = kart::tune::TuneFile::read(&path, std::path::Path::new(kart::tune::TUNE_FILE))?;
+    let path = ws.project.root.join(kart::deploy::tune::TUNE_FILE);
+    let tune = kart::deploy::tune::TuneFile::read(
+        &path,
+        std::path::Path::new(kart::deploy::tune::TUNE_FILE),
+    )?;
     let lock = ws.lock()?;
-    let records: Vec<&kart::tune::TuneRecord> =
+    let records: Vec<&kart::deploy::tune::TuneRecord> =
         tune.records.iter().filter(|r| wanted(&r.kernel)).collect();
     if json {
         print_json(&records);

@@ -2,8 +2,8 @@
 
 use std::process::ExitCode;
 
+use kart::deploy::maintain;
 use kart::error::Result;
-use kart::maintain;
 use kart::workspace::Workspace;
 
 use super::{Cli, print_json};

@@ -10,6 +10,7 @@ use std::io::Write;
 use base64::Engine;
 use serde_json::json;
 
+use crate::deploy::tune::TuneFile;
 use crate::error::{Error, Result};
 use crate::model::ArtifactKind;
 use crate::model::{Config, ParamValue};
@@ -17,7 +18,6 @@ use crate::project::Project;
 use crate::store::Store;
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;
-use crate::tune::TuneFile;
 
 /// The loader, written into every exported module.
 const LOADER: &str = include_str!("loader.py");
@@ -43,7 +43,7 @@ impl std::str::FromStr for Selector {
         }
         let mut params = BTreeMap::new();
         for pair in rest.split(',').filter(|p| !p.is_empty()) {
-            let (name, value) = crate::pipeline::parse_param(pair)?;
+            let (name, value) = crate::model::parse_param(pair)?;
             params.insert(name, value);
         }
         Ok(Selector {

@@ -31,7 +31,6 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use crate::error::{Error, Result};
-use crate::model::ParamValue;
 use crate::pipeline::compile::{CompileFailure, CompileJob, Runner, compile_on};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::store::{ActionEntry, ENTRY_FORMAT};
@@ -713,16 +712,6 @@ fn store_output(
     };
     ws.store.put_entry(&entry).map_err(store_failure)?;
     Ok(out.elapsed)
-}
-
-/// Parses `NAME=VALUE` from the command line.
-pub fn parse_param(text: &str) -> std::result::Result<(String, ParamValue), String> {
-    let (name, value) = text
-        .split_once('=')
-        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))?;
-    let value = ParamValue::parse(value.trim())
-        .ok_or_else(|| format!("`{value}` is neither an integer nor an identifier"))?;
-    Ok((name.trim().to_string(), value))
 }
 
 #[cfg(test)]

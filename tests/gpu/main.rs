@@ -708,12 +708,12 @@ fn smoke_all_attests_every_loadable_cubin_and_survives_a_crash(
     gpu: &Gpu,
 ) -> TestResult {
     let rt = f.runtime();
-    let loadable = kart::attest::loadable_cubins(rt.lock(), gpu.capability);
+    let loadable = kart::deploy::attest::loadable_cubins(rt.lock(), gpu.capability);
     let victim = loadable
         .iter()
         .find(|a| a.kernel == "smem")
         .ok_or("no smem cubin")?;
-    let attest_path = f.dir.path().join(kart::attest::ATTEST_FILE);
+    let attest_path = f.dir.path().join(kart::deploy::attest::ATTEST_FILE);
     let _ = std::fs::remove_file(&attest_path);
     // A worker that aborts on one blob, as a crashing driver would.
     let failpoint = format!("attest-worker:{}", victim.digest);
@@ -729,7 +729,7 @@ fn smoke_all_attests_every_loadable_cubin_and_survives_a_crash(
         ));
     }
     let read = || {
-        kart::attest::AttestFile::read(&attest_path, std::path::Path::new("kart.attest"))
+        kart::deploy::attest::AttestFile::read(&attest_path, std::path::Path::new("kart.attest"))
             .map_err(|e| e.to_string())
     };
     let first = read()?;
@@ -1042,8 +1042,8 @@ fn a_variant_is_called_as_its_base_and_chosen_on_hopper(_: &Fixture, gpu: &Gpu) 
         ("causal".to_string(), 1),
     ]
     .into();
-    let none = kart::tune::TuneFile::default();
-    let choice = kart::tune::best(
+    let none = kart::deploy::tune::TuneFile::default();
+    let choice = kart::deploy::tune::best(
         &none,
         rt.lock(),
         &family,
@@ -1071,7 +1071,7 @@ fn a_variant_is_called_as_its_base_and_chosen_on_hopper(_: &Fixture, gpu: &Gpu) 
             gpu.capability
         ));
     }
-    let mma = kart::tune::best(
+    let mma = kart::deploy::tune::best(
         &none,
         rt.lock(),
         &family[..1],

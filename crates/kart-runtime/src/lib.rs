@@ -31,6 +31,7 @@ pub mod model;
 pub mod resolve;
 pub mod runtime;
 pub mod signature;
+pub mod smoke;
 pub mod store;
 pub mod suggest;
 pub mod target;

@@ -156,3 +156,13 @@ impl Env for Config {
         })
     }
 }
+
+/// Parses `NAME=VALUE` from the command line.
+pub fn parse_param(text: &str) -> std::result::Result<(String, ParamValue), String> {
+    let (name, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("`{text}` is not NAME=VALUE"))?;
+    let value = ParamValue::parse(value.trim())
+        .ok_or_else(|| format!("`{value}` is neither an integer nor an identifier"))?;
+    Ok((name.trim().to_string(), value))
+}

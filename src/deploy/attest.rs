@@ -16,9 +16,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{Error, IoContext, Result};
 use crate::model::ArtifactKind;
-use crate::pipeline::smoke::{SMOKE_ENTRY, launch_smoke};
 use crate::resolve::{Capability, cubin_fit, format_cuda_version};
 use crate::runtime::{Gpu, Runtime};
+use crate::smoke::{SMOKE_ENTRY, launch_smoke};
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::store::sidecar::{BadRecord, Sidecar};
 use crate::target::TargetArch;

@@ -11,13 +11,13 @@ use kart_runtime::store::lockfile::{LockedArtifact, LockedKernel, Lockfile};
 use kart_runtime::store::sidecar::Sidecar as _;
 use kart_runtime::trace::TraceRecord;
 
-use crate::attest::AttestFile;
-use crate::coverage::fleet_artifacts;
+use crate::deploy::attest::AttestFile;
+use crate::deploy::coverage::fleet_artifacts;
+use crate::deploy::tune::TuneFile;
 use crate::error::{Error, Result};
 use crate::project::Project;
 use crate::project::fleet::FleetGpu;
 use crate::store::Store;
-use crate::tune::TuneFile;
 
 /// The configs a traced workload used, per kernel: every config it launched, every
 /// config `best()` chose for a problem it met (on each GPU of the fleet, from the
@@ -40,15 +40,20 @@ pub fn traced_configs(
             }
         }
     }
-    for (base, problems) in crate::coverage::problems_of_trace(project, trace) {
+    for (base, problems) in crate::deploy::coverage::problems_of_trace(project, trace) {
         let Ok(family) = project.family(&base) else {
             continue;
         };
         for problem in &problems {
             for gpu in fleet {
-                if let Ok(choice) =
-                    crate::tune::best(tune, lock, &family, &gpu.name, gpu.capability, problem)
-                {
+                if let Ok(choice) = crate::deploy::tune::best(
+                    tune,
+                    lock,
+                    &family,
+                    &gpu.name,
+                    gpu.capability,
+                    problem,
+                ) {
                     out.insert((choice.kernel, choice.config));
                 }
             }
@@ -70,7 +75,7 @@ pub fn select<'a>(
     kernels: &[String],
     configs: Option<&BTreeSet<(String, Config)>>,
 ) -> Result<Vec<&'a LockedArtifact>> {
-    crate::coverage::check_kernels(lock, kernels)?;
+    crate::deploy::coverage::check_kernels(lock, kernels)?;
     let wanted = |a: &LockedArtifact| {
         (kernels.is_empty() || kernels.contains(&a.kernel))
             && configs.is_none_or(|c| c.contains(&(a.kernel.clone(), a.config.clone())))

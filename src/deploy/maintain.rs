@@ -409,9 +409,9 @@ pub fn list(
     kernels: &[String],
     params: &[(String, crate::model::ParamValue)],
 ) -> Result<Vec<ListRow>> {
-    let attest = crate::attest::AttestFile::read(
-        &ws.project.root.join(crate::attest::ATTEST_FILE),
-        std::path::Path::new(crate::attest::ATTEST_FILE),
+    let attest = crate::deploy::attest::AttestFile::read(
+        &ws.project.root.join(crate::deploy::attest::ATTEST_FILE),
+        std::path::Path::new(crate::deploy::attest::ATTEST_FILE),
     )?;
     let lock = ws.lock()?;
     let listed: BTreeSet<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();

@@ -15,10 +15,10 @@ use kart_runtime::store::lockfile::{LockedArtifact, Lockfile, pick};
 use kart_runtime::target::TargetArch;
 use kart_runtime::trace::TraceRecord;
 
-use crate::attest::AttestFile;
+use crate::deploy::attest::AttestFile;
+use crate::deploy::tune::{Source, TuneFile};
 use crate::project::Project;
 use crate::project::fleet::{FleetGpu, cuda_of_driver, parse_capability};
-use crate::tune::{Source, TuneFile};
 
 /// How one config loads on one GPU.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
@@ -315,7 +315,7 @@ fn row(
             .filter(|r| r.kernel == kernel && r.gpu == gpu.name && !r.is_stale(input.lock))
             .count();
         for problem in input.problems.get(kernel).into_iter().flatten() {
-            let answer = crate::tune::best(
+            let answer = crate::deploy::tune::best(
                 input.tune,
                 input.lock,
                 &family,

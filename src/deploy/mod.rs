@@ -1,0 +1,19 @@
+//! After the lock: everything here starts from a written `kart.lock` and the blobs it
+//! names, and carries them toward the GPUs that will load them. Nothing here compiles a
+//! config anew except `verify --rebuild`, which rebuilds to compare against the lock.
+//! The folder is named for that shared direction, from the lock out to the machines
+//! (`deploy`, not `fleet`: `verify`, `gc` and `ls` serve one machine's store too).
+//! - [`maintain`]: `kart verify`, `kart gc` and `kart ls`, the store checked, pruned
+//!   and listed against the lock;
+//! - [`attest`]: `kart.attest`, which blobs were loaded (and the smoke kernel
+//!   launched) on which GPU and driver;
+//! - [`tune`]: offline tuning into `kart.tune` (`best()` is the runtime crate's);
+//! - [`coverage`]: what each GPU of a fleet loads, whether it is tuned and attested
+//!   there;
+//! - [`bundle`]: one file of just that, for the runtime crate to load.
+
+pub mod attest;
+pub mod bundle;
+pub mod coverage;
+pub mod maintain;
+pub mod tune;

@@ -16,7 +16,7 @@ fn main() -> ExitCode {
     }
     kart::pipeline::process::reap_if_asked();
     kart::pipeline::process::enable_reaper();
-    cli::complete::answer_if_asked();
+    cli::complete::answer_if_asked(<cli::Cli as clap::CommandFactory>::command);
     let args = cli::Cli::parse();
     match cli::run(&args) {
         Ok(code) => code,

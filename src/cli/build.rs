@@ -8,8 +8,10 @@ use kart::pipeline::compile::CompileFailure;
 use kart::pipeline::{BuildOptions, BuildReporter, Selection, build};
 use kart::workspace::Workspace;
 
+use super::args::{BuildArgs, Cli};
+use super::output::print_json;
 use super::progress::{CliReporter, build_bar};
-use super::{BuildArgs, Cli, open_remote};
+use super::remote::open_remote;
 
 /// `kart build`.
 pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
@@ -89,7 +91,7 @@ pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
     }
     let secs = start.elapsed().as_secs_f64();
     if args.json {
-        super::print_json(&serde_json::json!({ "seconds": secs, "summary": summary }));
+        print_json(&serde_json::json!({ "seconds": secs, "summary": summary }));
     }
     if !cli.quiet {
         if args.locked {
@@ -294,7 +296,7 @@ fn explain_grid(
         );
     }
     if json {
-        super::print_json(&reports);
+        print_json(&reports);
     }
     Ok(ExitCode::SUCCESS)
 }

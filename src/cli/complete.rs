@@ -14,9 +14,10 @@ use kart::project::Project;
 /// The environment variable that turns a run of kart into a completion request.
 pub const VAR: &str = "KART_COMPLETE";
 
-/// Answers a completion request and exits, if this run is one.
-pub fn answer_if_asked() {
-    clap_complete::CompleteEnv::with_factory(<super::Cli as clap::CommandFactory>::command)
+/// Answers a completion request for the command line `command` builds and exits, if
+/// this run is one.
+pub fn answer_if_asked(command: fn() -> clap::Command) {
+    clap_complete::CompleteEnv::with_factory(command)
         .var(VAR)
         .complete();
 }

@@ -10,7 +10,8 @@ use kart::resolve::format_cuda_version;
 use kart::runtime::doctor::{Loadability, loadability};
 use kart::workspace::Workspace;
 
-use super::{Cli, print_json};
+use super::args::Cli;
+use super::output::print_json;
 
 #[derive(Serialize)]
 struct Report {

@@ -7,7 +7,8 @@ use kart::model::{ArtifactKind, Config, ParamValue};
 use kart::target::TargetArch;
 use kart::workspace::Workspace;
 
-use super::{Cli, print_json};
+use super::args::Cli;
+use super::output::print_json;
 
 /// `kart explain`.
 pub fn run(

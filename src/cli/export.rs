@@ -7,7 +7,7 @@ use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::target::TargetArch;
 use kart::workspace::Workspace;
 
-use super::Cli;
+use super::args::Cli;
 use kart::store::sidecar::Sidecar as _;
 
 /// `kart export`.

@@ -6,7 +6,7 @@ use kart::deploy::maintain;
 use kart::error::Result;
 use kart::workspace::Workspace;
 
-use super::print_json;
+use super::output::print_json;
 
 /// `kart gc`.
 pub fn run(ws: &Workspace, dry_run: bool, all_unreferenced: bool, json: bool) -> Result<ExitCode> {

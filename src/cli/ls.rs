@@ -7,7 +7,7 @@ use kart::deploy::maintain::{self, ListRow};
 use kart::error::Result;
 use kart::workspace::Workspace;
 
-use super::print_json;
+use super::output::print_json;
 
 /// `kart ls [KERNEL…] [-p …] [--wide | --json]`.
 pub fn run(

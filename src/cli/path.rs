@@ -87,7 +87,7 @@ fn write_materialized(
                 })
             })
             .collect();
-        super::print_json(&serde_json::json!({
+        super::output::print_json(&serde_json::json!({
             "path": path,
             "digest": a.digest,
             "target": a.target,

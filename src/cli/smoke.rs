@@ -5,7 +5,8 @@ use std::process::ExitCode;
 use kart::error::{IoContext, Result};
 use kart::workspace::Workspace;
 
-use super::{Cli, print_json};
+use super::args::Cli;
+use super::output::print_json;
 
 /// `kart smoke`.
 pub fn run(cli: &Cli, ws: &Workspace, allow_no_gpu: bool, json: bool) -> Result<ExitCode> {

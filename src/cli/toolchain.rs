@@ -9,7 +9,8 @@ use kart::install::{GcPolicy, Home, InstallProgress, ToolchainPins};
 use kart::project::Project;
 use kart::project::library::{Library, LibrarySource};
 
-use super::{Cli, ToolchainAction, print_json};
+use super::args::{Cli, ToolchainAction};
+use super::output::print_json;
 
 pub fn run(cli: &Cli, project: &Project, action: &ToolchainAction) -> Result<ExitCode> {
     let home = Home::from_env()?;

@@ -10,8 +10,10 @@ use kart::workspace::Workspace;
 
 use serde::Serialize;
 
+use super::args::Cli;
+use super::output::print_json;
 use super::progress::TransferBar;
-use super::{Cli, open_remote, print_json};
+use super::remote::open_remote;
 
 /// `kart fetch`.
 pub fn fetch(

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 use kart::error::{IoContext, Result};
 use kart::workspace::Workspace;
 
-use super::print_json;
+use super::output::print_json;
 use kart::store::sidecar::Sidecar as _;
 
 /// `kart tune`.

@@ -6,7 +6,8 @@ use kart::deploy::maintain;
 use kart::error::Result;
 use kart::workspace::Workspace;
 
-use super::{Cli, print_json};
+use super::args::Cli;
+use super::output::print_json;
 
 /// `kart verify`.
 pub fn run(
@@ -22,7 +23,7 @@ pub fn run(
             .map_or(0, |d| d.as_nanos() as u64)
     });
     // Only a trusted remote's entries can vouch for (or contradict) a lock digest.
-    let remote = super::open_remote(cli, ws, 16)?.filter(|r| r.trusted);
+    let remote = super::remote::open_remote(cli, ws, 16)?.filter(|r| r.trusted);
     let report = maintain::verify(ws, rebuild, seed, cli.nvcc.as_deref(), remote.as_ref())?;
     if json {
         print_json(&report);

@@ -26,7 +26,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext as _, Result};
-use crate::store::MAX_BLOB_BYTES;
+use crate::store::limits::MAX_BLOB_BYTES;
 use crate::store::lockfile::Lockfile;
 
 /// The first bytes of every bundle.
@@ -296,7 +296,7 @@ impl Bundle {
             .read_exact_at(&mut stored, self.data_start + b.offset)
             .at("read bundle", &self.path)?;
         let bytes = if b.zstd {
-            crate::store::decompress_bounded(&stored, Some(b.size))
+            crate::store::limits::decompress_bounded(&stored, Some(b.size))
                 .map_err(|why| bad(format!("blob {digest} is corrupt: {why}")))?
         } else {
             stored

@@ -7,7 +7,7 @@ use serde::{Deserialize, Serialize};
 use crate::cubin::EntryInfo;
 use crate::digest::{Preimage, is_sha256_hex};
 use crate::model::{ArtifactKind, Config};
-use crate::store::MAX_BLOB_BYTES;
+use crate::store::limits::MAX_BLOB_BYTES;
 
 /// Bump with any change of [`ActionEntry`]. Entries of a format this kart does not read
 /// are misses (rebuilt and overwritten), not corruption. 2: entries record parameter

@@ -77,7 +77,7 @@ impl LockedArtifact {
             return Err("key and digest must be 64 lower-case hex digits".into());
         }
         self.target.parse::<TargetArch>().map_err(|e| e.0)?;
-        if self.size > crate::store::MAX_BLOB_BYTES {
+        if self.size > crate::store::limits::MAX_BLOB_BYTES {
             return Err(format!("size {} is more than kart reads", self.size));
         }
         crate::untrusted::release("nvcc", &self.nvcc)?;

@@ -26,6 +26,7 @@ pub mod bundle;
 pub mod checked;
 pub mod entry;
 pub mod fsutil;
+pub mod limits;
 pub mod lockfile;
 pub mod projects;
 pub mod sidecar;
@@ -40,6 +41,8 @@ use crate::store::fsutil::{read_bounded, sweep_temp_files, write_atomic};
 use crate::text::open_regular;
 pub use checked::{Checked, EntryState};
 pub use entry::{ActionEntry, ENTRY_FORMAT, is_other_format};
+pub use limits::MAX_BLOB_BYTES;
+use limits::decompress_bounded;
 
 /// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes
 /// incompatibly; old folders are then simply ignored.
@@ -52,10 +55,6 @@ const ZSTD_LEVEL: i32 = 12;
 /// zstd level for downloaded blobs: level 12 runs at about 50 MB/s and would make a
 /// fetch CPU-bound; level 3 keeps up with the network for about 10% more disk.
 const ZSTD_LEVEL_FETCHED: i32 = 3;
-
-/// Upper bound for any blob (and for one whose expected size is unknown): a zstd bomb
-/// or a lock naming an absurd size stops here.
-pub const MAX_BLOB_BYTES: u64 = 1 << 30;
 
 /// Blobs up to this size are stored uncompressed. Decompressing a 4 KiB cubin costs
 /// about 5 µs whatever the level (table setup), as much as hashing it twice and a
@@ -543,50 +542,6 @@ fn scaffold(root: &Path) -> Result<()> {
         write_atomic(&ignore, b"*\n")?;
     }
     Ok(())
-}
-
-thread_local! {
-    /// One zstd decompression context per thread: creating one costs more than
-    /// decompressing a small cubin.
-    static DECOMPRESSOR: std::cell::RefCell<Option<zstd::bulk::Decompressor<'static>>> =
-        const { std::cell::RefCell::new(None) };
-}
-
-/// Decompresses a blob into a buffer of exactly the expected size (the lock's), so a
-/// frame that would expand further fails instead of filling memory. Without an
-/// expected size the frame's declared size is used, capped at [`MAX_BLOB_BYTES`]. The
-/// error is a description for the corruption report.
-pub(crate) fn decompress_bounded(
-    frame: &[u8],
-    expected_size: Option<u64>,
-) -> std::result::Result<Vec<u8>, String> {
-    let capacity = match expected_size {
-        Some(n) if n > MAX_BLOB_BYTES => {
-            return Err(format!(
-                "expected to be {n} bytes, more than kart reads ({MAX_BLOB_BYTES})"
-            ));
-        }
-        Some(n) => n,
-        None => match zstd::zstd_safe::get_frame_content_size(frame) {
-            Ok(Some(n)) if n <= MAX_BLOB_BYTES => n,
-            Ok(Some(n)) => return Err(format!("a frame claiming {n} bytes")),
-            Ok(None) | Err(_) => return Err("undecodable (no zstd frame size)".into()),
-        },
-    };
-    let mut out = Vec::with_capacity(capacity as usize);
-    DECOMPRESSOR.with(|cell| {
-        let mut slot = cell.borrow_mut();
-        if slot.is_none() {
-            *slot = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
-        }
-        let Some(decompressor) = slot.as_mut() else {
-            return Err("no zstd context".to_string());
-        };
-        decompressor
-            .decompress_to_buffer(frame, &mut out)
-            .map_err(|e| format!("undecodable or larger than {capacity} bytes ({e})"))
-    })?;
-    Ok(out)
 }
 
 /// The verbs every place that keeps artifacts shares: this local store, and in the

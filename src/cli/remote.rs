@@ -1,0 +1,52 @@
+//! The remote cache the command line, the environment or kart.toml names, opened with
+//! the command line's options over kart.toml's.
+
+use kart::error::Result;
+use kart::workspace::Workspace;
+
+use super::args::Cli;
+
+/// Opens the remote the command line, environment or kart.toml names, if any, with the
+/// command line's clocks over kart.toml's.
+pub(super) fn open_remote(
+    cli: &Cli,
+    ws: &Workspace,
+    jobs: usize,
+) -> Result<Option<kart::remote::Remote>> {
+    let Some(mut settings) =
+        kart::remote::transfer::remote_settings(&ws.project, cli.remote.as_deref())
+    else {
+        return Ok(None);
+    };
+    settings.read_only |= cli.read_only;
+    if let Some(anonymous) = kart::remote::anonymous_from_env(
+        std::env::var(kart::remote::ANONYMOUS_ENV).ok().as_deref(),
+    )? {
+        settings.anonymous = anonymous;
+    }
+    settings.jobs = jobs.max(1);
+    let t = &mut settings.timeouts;
+    t.connect = cli.connect_timeout.unwrap_or(t.connect);
+    t.first_byte = cli.first_byte_timeout.unwrap_or(t.first_byte);
+    t.stall = cli.stall_timeout.unwrap_or(t.stall);
+    let token = std::env::var(kart::remote::TOKEN_ENV)
+        .ok()
+        .filter(|t| !t.is_empty())
+        .filter(|_| {
+            let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
+            match kart::remote::token_allowed(
+                &settings.url,
+                cli.remote.as_deref(),
+                token_url.as_deref(),
+            ) {
+                Ok(()) => true,
+                Err(why) => {
+                    if !cli.quiet {
+                        eprintln!("warning: {why}");
+                    }
+                    false
+                }
+            }
+        });
+    kart::remote::Remote::open(&settings, token).map(Some)
+}

@@ -37,27 +37,8 @@ pub struct Cli {
     /// Seconds to wait for another kart process holding the store.
     #[arg(long, global = true, help_heading = GLOBAL, default_value_t = 60, value_name = "SECONDS")]
     pub lock_timeout: u64,
-    /// The remote cache (default: kart.toml's [remote] url). http://, https://, file://
-    /// or s3://bucket/prefix (also gs://, az://); the bearer token comes from
-    /// KART_REMOTE_TOKEN, an object store's credentials from AWS_* (KART_REMOTE_ANONYMOUS=1:
-    /// unsigned, read-only).
-    #[arg(long, global = true, help_heading = REMOTE, value_name = "URL", env = "KART_REMOTE")]
-    pub remote: Option<String>,
-    /// Never write to the remote.
-    #[arg(long, global = true, help_heading = REMOTE)]
-    pub read_only: bool,
-    /// Seconds to wait for a connection to the remote (default 3; kart.toml
-    /// `[remote] connect_timeout`).
-    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
-    pub connect_timeout: Option<Duration>,
-    /// Seconds to wait for the first byte of the remote's answer (default 5;
-    /// `[remote] first_byte_timeout`).
-    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
-    pub first_byte_timeout: Option<Duration>,
-    /// Seconds in which a transfer must move at least 1 KiB (default 5;
-    /// `[remote] stall_timeout`). After any timeout the remote is given up for the run.
-    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
-    pub stall_timeout: Option<Duration>,
+    #[command(flatten)]
+    pub remote: RemoteArgs,
     #[command(subcommand)]
     pub command: Command,
 }
@@ -76,12 +57,10 @@ pub enum Command {
     /// (all of them when none does); --wide gives every param and derived param a
     /// column of its own, one table per kernel.
     Ls {
-        /// Only these kernels (default: all).
-        #[arg(add = ArgValueCandidates::new(complete::kernels))]
-        kernels: Vec<String>,
-        /// Only configs with these param values: -p BLOCK_M=64.
-        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
-        params: Vec<(String, ParamValue)>,
+        #[command(flatten)]
+        kernels: KernelFilter,
+        #[command(flatten)]
+        config: ConfigFilter,
         /// One column per param and derived param, one table per kernel.
         #[arg(long, conflicts_with = "json")]
         wide: bool,
@@ -94,9 +73,8 @@ pub enum Command {
         /// The kernel.
         #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernel: String,
-        /// Param values (all params of the kernel): -p BLOCK_M=64 -p NUM_WARPS=4.
-        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
-        params: Vec<(String, ParamValue)>,
+        #[command(flatten)]
+        config: ConfigValues,
         /// The target (default: the kernel's first).
         #[arg(long)]
         target: Option<TargetArch>,
@@ -150,9 +128,8 @@ pub enum Command {
         /// List every artifact under its reason, and every pick.
         #[arg(short, long)]
         verbose: bool,
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// Write the verified, decompressed cubin of an artifact and print its path (for
     /// CuPy `RawModule(path=...)`, cuda-python and other runtimes).
@@ -160,9 +137,8 @@ pub enum Command {
         /// The kernel.
         #[arg(add = ArgValueCandidates::new(complete::kernels))]
         kernel: String,
-        /// Param values: -p BLOCK_M=64.
-        #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
-        params: Vec<(String, ParamValue)>,
+        #[command(flatten)]
+        config: ConfigValues,
         /// The target (default: the one GPU 0 would load).
         #[arg(long)]
         target: Option<TargetArch>,
@@ -173,30 +149,24 @@ pub enum Command {
     },
     /// Download the blobs kart.lock names that the store lacks, checking every byte.
     Fetch {
-        /// Only these kernels (default: all).
-        #[arg(add = ArgValueCandidates::new(complete::kernels))]
-        kernels: Vec<String>,
-        /// Only artifacts for these targets.
-        #[arg(long = "target", value_name = "sm_XX")]
-        targets: Vec<TargetArch>,
+        #[command(flatten)]
+        kernels: KernelFilter,
+        #[command(flatten)]
+        targets: TargetFilter,
         /// Only what GPU 0 of this machine would load.
         #[arg(long)]
         device: bool,
-        /// Parallel transfers.
-        #[arg(short, long, default_value_t = 16)]
-        jobs: usize,
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        jobs: TransferJobs,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// Upload the blobs and action entries of kart.lock that the remote lacks.
     Push {
-        /// Parallel transfers.
-        #[arg(short, long, default_value_t = 16)]
-        jobs: usize,
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        jobs: TransferJobs,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// Write one self-contained Python module holding selected cubins and a loader
     /// that needs only the CUDA driver (no kart, nvcc, NVRTC or JIT).
@@ -216,9 +186,8 @@ pub enum Command {
         /// The file to write.
         #[arg(short, long, value_name = "FILE")]
         output: PathBuf,
-        /// Only cubins for these targets.
-        #[arg(long = "target", value_name = "sm_XX")]
-        targets: Vec<TargetArch>,
+        #[command(flatten)]
+        targets: TargetFilter,
         /// Every config of each selected kernel.
         #[arg(long)]
         all_configs: bool,
@@ -238,9 +207,8 @@ pub enum Command {
     /// proved on it. The fleet: --fleet FILE, else kart.toml's [[fleet]], else the GPUs
     /// kart.attest and kart.tune name.
     Coverage {
-        /// Only these kernels (default: every kernel of kart.lock).
-        #[arg(add = ArgValueCandidates::new(complete::kernels))]
-        kernels: Vec<String>,
+        #[command(flatten)]
+        kernels: KernelFilter,
         /// The fleet: a file of `[[fleet]]` tables (name, capability, driver or cuda).
         #[arg(long, value_name = "FILE")]
         fleet: Option<PathBuf>,
@@ -253,9 +221,8 @@ pub enum Command {
         /// Exit 1 if any kernel misses one of these on any GPU: cubin, tuned, attested.
         #[arg(long, value_name = "NEED,…", value_delimiter = ',')]
         require: Vec<kart::deploy::coverage::Need>,
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// Write one file holding exactly what the fleet's GPUs load (the cubins, their
     /// lock records, the tuning and attestation records naming them), each blob
@@ -264,9 +231,8 @@ pub enum Command {
     /// With --trace, only the configs the traced workload launched or best() chose
     /// (on every GPU of the fleet), and each kernel's default.
     Bundle {
-        /// Only these kernels (default: every kernel of kart.lock).
-        #[arg(add = ArgValueCandidates::new(complete::kernels))]
-        kernels: Vec<String>,
+        #[command(flatten)]
+        kernels: KernelFilter,
         /// The file to write.
         #[arg(short, long, value_name = "FILE", required_unless_present = "inspect")]
         output: Option<PathBuf>,
@@ -281,9 +247,8 @@ pub enum Command {
         /// blob) instead.
         #[arg(long, value_name = "FILE", conflicts_with_all = ["output", "fleet", "trace", "kernels"])]
         inspect: Option<PathBuf>,
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// List the tuning records of kart.tune (stale ones marked), or run the kernels'
     /// tuning programs on this GPU.
@@ -307,9 +272,8 @@ pub enum Command {
         /// store goes.
         #[arg(long)]
         all_unreferenced: bool,
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// Install, list, locate or remove the nvcc releases, toolkit components and header
     /// libraries kart.toml pins, in kart's home (KART_HOME, else ~/.cache/kart), shared
@@ -341,9 +305,8 @@ pub enum ToolchainAction {
     /// Download, check and unpack what kart.toml pins ([toolchain] nvcc and components,
     /// [library.*] pip), each only if it is not installed yet.
     Install {
-        /// The report as JSON on stdout.
-        #[arg(long)]
-        json: bool,
+        #[command(flatten)]
+        json: JsonReport,
     },
     /// Every install in kart's home: what it holds (components, library pin), its size,
     /// and which projects used it last and when; `*` marks this project's.
@@ -380,9 +343,8 @@ pub struct BuildArgs {
     /// Kernels to build (default: all).
     #[arg(add = ArgValueCandidates::new(complete::kernels))]
     pub kernels: Vec<String>,
-    /// Only configs with these param values: -p BLOCK_M=64.
-    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
-    pub params: Vec<(String, ParamValue)>,
+    #[command(flatten)]
+    pub config: ConfigFilter,
     /// Only these targets (each must be listed in the kernel's targets).
     #[arg(long = "target", value_name = "sm_XX")]
     pub targets: Vec<TargetArch>,
@@ -439,6 +401,40 @@ pub struct BuildArgs {
     /// CI job that only writes kart.lock.
     #[arg(long)]
     pub entries_only: bool,
+    #[command(flatten)]
+    pub remote_exec: ExecutorArgs,
+}
+
+/// The remote cache's options, global to every command (those that do not talk to a
+/// remote ignore them).
+#[derive(Args)]
+pub struct RemoteArgs {
+    /// The remote cache (default: kart.toml's [remote] url). http://, https://, file://
+    /// or s3://bucket/prefix (also gs://, az://); the bearer token comes from
+    /// KART_REMOTE_TOKEN, an object store's credentials from AWS_* (KART_REMOTE_ANONYMOUS=1:
+    /// unsigned, read-only).
+    #[arg(id = "remote", long = "remote", global = true, help_heading = REMOTE, value_name = "URL", env = "KART_REMOTE")]
+    pub url: Option<String>,
+    /// Never write to the remote.
+    #[arg(long, global = true, help_heading = REMOTE)]
+    pub read_only: bool,
+    /// Seconds to wait for a connection to the remote (default 3; kart.toml
+    /// `[remote] connect_timeout`).
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub connect_timeout: Option<Duration>,
+    /// Seconds to wait for the first byte of the remote's answer (default 5;
+    /// `[remote] first_byte_timeout`).
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub first_byte_timeout: Option<Duration>,
+    /// Seconds in which a transfer must move at least 1 KiB (default 5;
+    /// `[remote] stall_timeout`). After any timeout the remote is given up for the run.
+    #[arg(long, global = true, help_heading = REMOTE, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub stall_timeout: Option<Duration>,
+}
+
+/// Where a build compiles: here, or on a Remote Execution API server.
+#[derive(Args)]
+pub struct ExecutorArgs {
     /// Compile on a Remote Execution API (REAPI v2) server such as BuildGrid or
     /// Buildbarn: `grpc://HOST:PORT[/INSTANCE]` (`grpcs://` for TLS). Overrides
     /// `[executor] url` of kart.toml. Each compile runs there with the pinned toolkit
@@ -454,6 +450,54 @@ pub struct BuildArgs {
     /// here (default `[executor] timeout`, else --timeout plus two minutes).
     #[arg(long, value_name = "SECONDS", value_parser = parse_seconds)]
     pub executor_timeout: Option<Duration>,
+}
+
+/// Positional kernel names that narrow a command to those kernels.
+#[derive(Args)]
+pub struct KernelFilter {
+    /// Only these kernels (default: every kernel of kart.lock).
+    #[arg(add = ArgValueCandidates::new(complete::kernels))]
+    pub kernels: Vec<String>,
+}
+
+/// `-p NAME=VALUE` as a filter: configs with these values, any value of the others.
+#[derive(Args)]
+pub struct ConfigFilter {
+    /// Only configs with these param values: -p BLOCK_M=64.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
+    pub params: Vec<(String, ParamValue)>,
+}
+
+/// `-p NAME=VALUE` naming one config: a value for every param of the kernel.
+#[derive(Args)]
+pub struct ConfigValues {
+    /// Param values (all params of the kernel): -p BLOCK_M=64 -p NUM_WARPS=4.
+    #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
+    pub params: Vec<(String, ParamValue)>,
+}
+
+/// `--target sm_XX`, repeated: only artifacts for these targets.
+#[derive(Args)]
+pub struct TargetFilter {
+    /// Only artifacts for these targets.
+    #[arg(long = "target", value_name = "sm_XX")]
+    pub targets: Vec<TargetArch>,
+}
+
+/// `--json` for a command whose report is one JSON document.
+#[derive(Args)]
+pub struct JsonReport {
+    /// The report as JSON on stdout.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// `-j/--jobs` of a transfer to or from the remote.
+#[derive(Args)]
+pub struct TransferJobs {
+    /// Parallel transfers.
+    #[arg(short, long, default_value_t = 16)]
+    pub jobs: usize,
 }
 
 /// A positive number of seconds (`5`, `0.5`).

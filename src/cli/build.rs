@@ -16,13 +16,13 @@ use super::remote::open_remote;
 /// `kart build`.
 pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
     if args.explain_grid {
-        return explain_grid(ws, &args.kernels, &args.params, args.json);
+        return explain_grid(ws, &args.kernels, &args.config.params, args.json);
     }
     let start = Instant::now();
     let mut options = BuildOptions {
         selection: Selection {
             kernels: args.kernels.clone(),
-            params: args.params.iter().cloned().collect(),
+            params: args.config.params.iter().cloned().collect(),
             targets: args.targets.clone(),
         },
         timeout: Duration::from_secs(args.timeout.max(1)),
@@ -144,11 +144,12 @@ fn open_executor(
     ws: &Workspace,
     args: &BuildArgs,
 ) -> Result<Option<(kart::pipeline::remote_exec::ExecutorOptions, usize)>> {
-    if args.no_executor {
+    if args.remote_exec.no_executor {
         return Ok(None);
     }
     let config = ws.project.executor.as_ref();
     let Some(url) = args
+        .remote_exec
         .executor
         .clone()
         .filter(|u| !u.trim().is_empty())
@@ -164,8 +165,11 @@ fn open_executor(
         .filter(|t| !t.is_empty())
         .filter(|_| {
             let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
-            match kart::remote::token_allowed(&url, args.executor.as_deref(), token_url.as_deref())
-            {
+            match kart::remote::token_allowed(
+                &url,
+                args.remote_exec.executor.as_deref(),
+                token_url.as_deref(),
+            ) {
                 Ok(()) => true,
                 Err(why) => {
                     if !cli.quiet {
@@ -179,6 +183,7 @@ fn open_executor(
     let options = kart::pipeline::remote_exec::ExecutorOptions {
         executor,
         deadline: args
+            .remote_exec
             .executor_timeout
             .or_else(|| config.and_then(|c| c.timeout)),
         local_jobs: std::thread::available_parallelism().map_or(1, |n| n.get()),

@@ -69,7 +69,7 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
     } = &cli.command
     {
         // Works anywhere: a bundle is read where it is deployed, with no project.
-        return fleet::inspect(&cwd.join(path), path, *json);
+        return fleet::inspect(&cwd.join(path), path, json.json);
     }
     let project = Project::discover(&cwd)?;
     if let Command::Toolchain { action } = &cli.command {
@@ -123,17 +123,17 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
         Command::Build(args) => build::run(cli, ws, args),
         Command::Ls {
             kernels,
-            params,
+            config,
             wide,
             json,
-        } => ls::run(ws, kernels, params, *wide, *json),
+        } => ls::run(ws, &kernels.kernels, &config.params, *wide, *json),
         Command::Explain {
             kernel,
-            params,
+            config,
             target,
             ptx,
             json,
-        } => explain::run(cli, ws, kernel, params, *target, *ptx, *json),
+        } => explain::run(cli, ws, kernel, &config.params, *target, *ptx, *json),
         Command::Verify {
             rebuild,
             seed,
@@ -150,21 +150,29 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
             }
             Ok(code)
         }
-        Command::Doctor { verbose, json } => doctor::run(cli, ws, *verbose, *json),
+        Command::Doctor { verbose, json } => doctor::run(cli, ws, *verbose, json.json),
         Command::Path {
             kernel,
-            params,
+            config,
             target,
             json,
-        } => path::run(workspace, kernel, params, *target, *json),
+        } => path::run(workspace, kernel, &config.params, *target, *json),
         Command::Fetch {
             kernels,
             targets,
             device,
             jobs,
             json,
-        } => transfer::fetch(cli, ws, kernels, targets, *device, *jobs, *json),
-        Command::Push { jobs, json } => transfer::push(cli, ws, *jobs, *json),
+        } => transfer::fetch(
+            cli,
+            ws,
+            &kernels.kernels,
+            &targets.targets,
+            *device,
+            jobs.jobs,
+            json.json,
+        ),
+        Command::Push { jobs, json } => transfer::push(cli, ws, jobs.jobs, json.json),
         Command::Export {
             selectors,
             python: _,
@@ -177,7 +185,7 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
             ws,
             selectors,
             output,
-            targets,
+            &targets.targets,
             *all_configs,
             fleet.as_deref(),
         ),
@@ -191,12 +199,12 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
         } => fleet::coverage(
             ws,
             &fleet::CoverageArgs {
-                kernels,
+                kernels: &kernels.kernels,
                 fleet: fleet.as_deref(),
                 problems: problems.as_deref(),
                 trace: trace.as_deref(),
                 require,
-                json: *json,
+                json: json.json,
             },
         ),
         Command::Bundle {
@@ -209,11 +217,11 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
         } => fleet::bundle(
             ws,
             &fleet::BundleArgs {
-                kernels,
+                kernels: &kernels.kernels,
                 output: output.as_deref(),
                 fleet: fleet.as_deref(),
                 trace: trace.as_deref(),
-                json: *json,
+                json: json.json,
                 quiet: cli.quiet,
             },
         ),
@@ -222,7 +230,7 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
             dry_run,
             json,
             all_unreferenced,
-        } => gc::run(ws, *dry_run, *all_unreferenced, *json),
+        } => gc::run(ws, *dry_run, *all_unreferenced, json.json),
         Command::AttestWorker { .. }
         | Command::Completions { .. }
         | Command::Toolchain { .. }
@@ -239,8 +247,8 @@ fn named_kernels(command: &Command) -> Option<Vec<String>> {
         Command::Ls { kernels, .. }
         | Command::Fetch { kernels, .. }
         | Command::Coverage { kernels, .. }
-        | Command::Bundle { kernels, .. }
-        | Command::Tune { kernels, .. } => named(kernels),
+        | Command::Bundle { kernels, .. } => named(&kernels.kernels),
+        Command::Tune { kernels, .. } => named(kernels),
         Command::Explain { kernel, .. } | Command::Path { kernel, .. } => {
             Some(vec![kernel.clone()])
         }

@@ -14,11 +14,11 @@ pub(super) fn open_remote(
     jobs: usize,
 ) -> Result<Option<kart::remote::Remote>> {
     let Some(mut settings) =
-        kart::remote::transfer::remote_settings(&ws.project, cli.remote.as_deref())
+        kart::remote::transfer::remote_settings(&ws.project, cli.remote.url.as_deref())
     else {
         return Ok(None);
     };
-    settings.read_only |= cli.read_only;
+    settings.read_only |= cli.remote.read_only;
     if let Some(anonymous) = kart::remote::anonymous_from_env(
         std::env::var(kart::remote::ANONYMOUS_ENV).ok().as_deref(),
     )? {
@@ -26,9 +26,9 @@ pub(super) fn open_remote(
     }
     settings.jobs = jobs.max(1);
     let t = &mut settings.timeouts;
-    t.connect = cli.connect_timeout.unwrap_or(t.connect);
-    t.first_byte = cli.first_byte_timeout.unwrap_or(t.first_byte);
-    t.stall = cli.stall_timeout.unwrap_or(t.stall);
+    t.connect = cli.remote.connect_timeout.unwrap_or(t.connect);
+    t.first_byte = cli.remote.first_byte_timeout.unwrap_or(t.first_byte);
+    t.stall = cli.remote.stall_timeout.unwrap_or(t.stall);
     let token = std::env::var(kart::remote::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())
@@ -36,7 +36,7 @@ pub(super) fn open_remote(
             let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
             match kart::remote::token_allowed(
                 &settings.url,
-                cli.remote.as_deref(),
+                cli.remote.url.as_deref(),
                 token_url.as_deref(),
             ) {
                 Ok(()) => true,

@@ -15,7 +15,7 @@ use super::output::print_json;
 pub fn run(cli: &Cli, project: &Project, action: &ToolchainAction) -> Result<ExitCode> {
     let home = Home::from_env()?;
     match action {
-        ToolchainAction::Install { json } => install(cli, &home, project, *json),
+        ToolchainAction::Install { json } => install(cli, &home, project, json.json),
         ToolchainAction::Path { what } => path(&home, project, what.as_deref()),
         ToolchainAction::Gc {
             installs,

@@ -519,3 +519,15 @@ fn parse_rebuild(text: &str) -> std::result::Result<usize, String> {
             .map_err(|_| format!("`{n}` is neither a count nor `all`")),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use clap::CommandFactory as _;
+
+    /// clap's own checks of the definitions (ids, groups, conflicts naming real
+    /// arguments, globals), which release builds skip at run time.
+    #[test]
+    fn the_command_line_definitions_are_consistent() {
+        super::Cli::command().debug_assert();
+    }
+}

@@ -11,7 +11,7 @@ use kart::workspace::Workspace;
 use super::args::{BuildArgs, Cli};
 use super::output::print_json;
 use super::progress::{CliReporter, build_bar};
-use super::remote::open_remote;
+use super::remote::{bearer_token, open_remote};
 
 /// `kart build`.
 pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
@@ -160,25 +160,7 @@ fn open_executor(
     let jobs = config.map_or(kart::project::DEFAULT_EXECUTOR_JOBS, |c| c.jobs);
     // The token goes only where the remote cache's rules let it: to a URL given with it
     // (--executor, KART_EXECUTOR) or named by KART_REMOTE_TOKEN_URL.
-    let token = std::env::var(kart::remote::TOKEN_ENV)
-        .ok()
-        .filter(|t| !t.is_empty())
-        .filter(|_| {
-            let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
-            match kart::remote::token_allowed(
-                &url,
-                args.remote_exec.executor.as_deref(),
-                token_url.as_deref(),
-            ) {
-                Ok(()) => true,
-                Err(why) => {
-                    if !cli.quiet {
-                        eprintln!("warning: {why}");
-                    }
-                    false
-                }
-            }
-        });
+    let token = bearer_token(&url, args.remote_exec.executor.as_deref(), cli.quiet);
     let executor = kart::remote::exec::open(&url, jobs, token)?;
     let options = kart::pipeline::remote_exec::ExecutorOptions {
         executor,

@@ -29,24 +29,27 @@ pub(super) fn open_remote(
     t.connect = cli.remote.connect_timeout.unwrap_or(t.connect);
     t.first_byte = cli.remote.first_byte_timeout.unwrap_or(t.first_byte);
     t.stall = cli.remote.stall_timeout.unwrap_or(t.stall);
-    let token = std::env::var(kart::remote::TOKEN_ENV)
+    let token = bearer_token(&settings.url, cli.remote.url.as_deref(), cli.quiet);
+    kart::remote::Remote::open(&settings, token).map(Some)
+}
+
+/// KART_REMOTE_TOKEN, for `url` only where the remote cache's rules let it go: to a URL
+/// given with it (`given`: the flag or variable that named the URL) or named by
+/// KART_REMOTE_TOKEN_URL; otherwise none, with a warning unless `quiet`.
+pub(super) fn bearer_token(url: &str, given: Option<&str>, quiet: bool) -> Option<String> {
+    std::env::var(kart::remote::TOKEN_ENV)
         .ok()
         .filter(|t| !t.is_empty())
         .filter(|_| {
             let token_url = std::env::var(kart::remote::TOKEN_URL_ENV).ok();
-            match kart::remote::token_allowed(
-                &settings.url,
-                cli.remote.url.as_deref(),
-                token_url.as_deref(),
-            ) {
+            match kart::remote::token_allowed(url, given, token_url.as_deref()) {
                 Ok(()) => true,
                 Err(why) => {
-                    if !cli.quiet {
+                    if !quiet {
                         eprintln!("warning: {why}");
                     }
                     false
                 }
             }
-        });
-    kart::remote::Remote::open(&settings, token).map(Some)
+        })
 }

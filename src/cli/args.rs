@@ -70,11 +70,8 @@ pub enum Command {
     },
     /// Show every input of an artifact's action key and what changed against the lock.
     Explain {
-        /// The kernel.
-        #[arg(add = ArgValueCandidates::new(complete::kernels))]
-        kernel: String,
         #[command(flatten)]
-        config: ConfigValues,
+        config: OneConfig,
         /// The target (default: the kernel's first).
         #[arg(long)]
         target: Option<TargetArch>,
@@ -134,11 +131,8 @@ pub enum Command {
     /// Write the verified, decompressed cubin of an artifact and print its path (for
     /// CuPy `RawModule(path=...)`, cuda-python and other runtimes).
     Path {
-        /// The kernel.
-        #[arg(add = ArgValueCandidates::new(complete::kernels))]
-        kernel: String,
         #[command(flatten)]
-        config: ConfigValues,
+        config: OneConfig,
         /// The target (default: the one GPU 0 would load).
         #[arg(long)]
         target: Option<TargetArch>,
@@ -468,9 +462,12 @@ pub struct ConfigFilter {
     pub params: Vec<(String, ParamValue)>,
 }
 
-/// `-p NAME=VALUE` naming one config: a value for every param of the kernel.
+/// One config of one kernel: the kernel, and `-p NAME=VALUE` for every param of it.
 #[derive(Args)]
-pub struct ConfigValues {
+pub struct OneConfig {
+    /// The kernel.
+    #[arg(add = ArgValueCandidates::new(complete::kernels))]
+    pub kernel: String,
     /// Param values (all params of the kernel): -p BLOCK_M=64 -p NUM_WARPS=4.
     #[arg(short = 'p', long = "param", value_name = "NAME=VALUE", value_parser = parse_param, add = ArgValueCandidates::new(complete::params))]
     pub params: Vec<(String, ParamValue)>,

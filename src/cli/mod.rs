@@ -128,12 +128,19 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
             json,
         } => ls::run(ws, &kernels.kernels, &config.params, *wide, *json),
         Command::Explain {
-            kernel,
             config,
             target,
             ptx,
             json,
-        } => explain::run(cli, ws, kernel, &config.params, *target, *ptx, *json),
+        } => explain::run(
+            cli,
+            ws,
+            &config.kernel,
+            &config.params,
+            *target,
+            *ptx,
+            *json,
+        ),
         Command::Verify {
             rebuild,
             seed,
@@ -152,11 +159,10 @@ fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
         }
         Command::Doctor { verbose, json } => doctor::run(cli, ws, *verbose, json.json),
         Command::Path {
-            kernel,
             config,
             target,
             json,
-        } => path::run(workspace, kernel, &config.params, *target, *json),
+        } => path::run(workspace, &config.kernel, &config.params, *target, *json),
         Command::Fetch {
             kernels,
             targets,
@@ -249,8 +255,8 @@ fn named_kernels(command: &Command) -> Option<Vec<String>> {
         | Command::Coverage { kernels, .. }
         | Command::Bundle { kernels, .. } => named(&kernels.kernels),
         Command::Tune { kernels, .. } => named(kernels),
-        Command::Explain { kernel, .. } | Command::Path { kernel, .. } => {
-            Some(vec![kernel.clone()])
+        Command::Explain { config, .. } | Command::Path { config, .. } => {
+            Some(vec![config.kernel.clone()])
         }
         Command::Export { selectors, .. } => named(
             &selectors

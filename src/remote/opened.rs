@@ -74,9 +74,12 @@ impl Remote {
                     .map_err(|()| bad("not an absolute local path".into()))?,
                 shown.clone(),
             ))),
-            "s3" | "gs" | "az" => {
-                Box::new(Objects(s3::ObjectStorage::open(settings, &url, shown.clone(), env)?))
-            }
+            "s3" | "gs" | "az" => Box::new(Objects(s3::ObjectStorage::open(
+                settings,
+                &url,
+                shown.clone(),
+                env,
+            )?)),
             other => return Err(bad(format!("scheme `{other}` is not supported"))),
         };
         let anonymous = settings.anonymous && matches!(url.scheme(), "s3" | "gs" | "az");

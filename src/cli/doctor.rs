@@ -1,5 +1,6 @@
 //! `kart doctor`: toolchain, driver, GPUs, and what each GPU can load of the lock, one
-//! line per reason (`-v`: every artifact; `--json`: everything).
+//! line per reason (`-v`: every artifact; `--json`: everything); whether the remote
+//! cache and the executor the project names answer.
 
 use std::process::ExitCode;
 
@@ -12,6 +13,10 @@ use kart::workspace::Workspace;
 
 use super::args::Cli;
 use super::output::print_json;
+use super::remote::{bearer_token, open_remote_within};
+
+/// The variable `kart build --executor` also reads.
+const EXECUTOR_ENV: &str = "KART_EXECUTOR";
 
 #[derive(Serialize)]
 struct Report {
@@ -21,6 +26,10 @@ struct Report {
     lock_artifacts: usize,
     /// Of the lock's artifacts, how many have no blob in the local store.
     lock_missing: usize,
+    /// The remote cache the project names, if any: whether it answers.
+    remote: Option<kart::remote::probe::CacheProbe>,
+    /// The executor the project names, if any: whether it runs actions.
+    executor: Option<kart::remote::probe::ExecutorProbe>,
     /// What to run next, if anything.
     next: Vec<String>,
 }
@@ -109,6 +118,7 @@ pub fn run(cli: &Cli, ws: &Workspace, verbose: bool, json: bool) -> Result<ExitC
         .iter()
         .filter(|a| !ws.store.has_blob(&a.digest))
         .count();
+    let (remote, executor) = probe_servers(cli, ws)?;
     let mut next = Vec::new();
     if matches!(nvcc, Found::Error(_)) {
         next.push("kart toolchain install: the nvcc kart.toml pins, for building here".to_string());
@@ -128,12 +138,20 @@ pub fn run(cli: &Cli, ws: &Workspace, verbose: bool, json: bool) -> Result<ExitC
             "kart smoke: compiles, loads and launches the smoke kernel on each GPU".to_string(),
         );
     }
+    if remote.as_ref().is_some_and(|r| r.answer.is_err()) {
+        next.push("the remote cache did not answer: check its URL (kart.toml [remote], KART_REMOTE or --remote), the server and the credentials; builds compile here meanwhile".to_string());
+    }
+    if executor.as_ref().is_some_and(|e| e.answer.is_err()) {
+        next.push("the executor cannot run kart's compiles: check `[executor] url` (or KART_EXECUTOR) and the server; `kart build --no-executor` compiles here".to_string());
+    }
     let report = Report {
         nvcc,
         driver,
         gpus,
         lock_artifacts: lock.artifacts.len(),
         lock_missing,
+        remote,
+        executor,
         next,
     };
     if json {
@@ -142,6 +160,31 @@ pub fn run(cli: &Cli, ws: &Workspace, verbose: bool, json: bool) -> Result<ExitC
         print_text(&report, verbose, cli.quiet);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// Looks at the remote cache and the executor the project names (kart.toml, the
+/// environment, the command line), each within a few seconds; neither reads nor
+/// writes anything.
+fn probe_servers(
+    cli: &Cli,
+    ws: &Workspace,
+) -> Result<(
+    Option<kart::remote::probe::CacheProbe>,
+    Option<kart::remote::probe::ExecutorProbe>,
+)> {
+    let budget = Some(kart::remote::probe::PROBE_BUDGET);
+    let remote =
+        open_remote_within(cli, ws, 1, budget)?.map(|r| kart::remote::probe::probe_cache(&r));
+    let executor_url = std::env::var(EXECUTOR_ENV)
+        .ok()
+        .filter(|u| !u.trim().is_empty())
+        .or_else(|| ws.project.executor.as_ref().map(|c| c.url.clone()));
+    let executor = executor_url.map(|url| {
+        let given = std::env::var(EXECUTOR_ENV).ok();
+        let token = bearer_token(&url, given.as_deref(), cli.quiet);
+        kart::remote::probe::probe_executor(&url, token)
+    });
+    Ok((remote, executor))
 }
 
 fn print_text(report: &Report, verbose: bool, quiet: bool) {
@@ -210,6 +253,28 @@ fn print_text(report: &Report, verbose: bool, quiet: bool) {
         }
         if !verbose && !lock.not_loadable.is_empty() {
             println!("  (-v lists them; --json gives everything)");
+        }
+    }
+    if let Some(r) = &report.remote {
+        match &r.answer {
+            Ok(ms) => println!("remote cache: {} answers ({ms} ms)", r.url),
+            Err(e) => println!("remote cache: {}: {e}", r.url),
+        }
+    }
+    if let Some(x) = &report.executor {
+        match &x.answer {
+            Ok(o) => println!(
+                "executor: {} runs actions ({} ms; batches up to {} KiB; action cache {})",
+                x.url,
+                o.ms,
+                o.max_batch_bytes / 1024,
+                if o.action_cache_update {
+                    "writable"
+                } else {
+                    "read-only to clients"
+                }
+            ),
+            Err(e) => println!("executor: {}: {e}", x.url),
         }
     }
     for step in &report.next {

@@ -13,6 +13,17 @@ pub(super) fn open_remote(
     ws: &Workspace,
     jobs: usize,
 ) -> Result<Option<kart::remote::Remote>> {
+    open_remote_within(cli, ws, jobs, None)
+}
+
+/// [`open_remote`], with the remote's whole budget of time for the run cut to `budget`
+/// if given (a probe that must not wait for long).
+pub(super) fn open_remote_within(
+    cli: &Cli,
+    ws: &Workspace,
+    jobs: usize,
+    budget: Option<std::time::Duration>,
+) -> Result<Option<kart::remote::Remote>> {
     let Some(mut settings) =
         kart::remote::transfer::remote_settings(&ws.project, cli.remote.url.as_deref())
     else {
@@ -29,6 +40,9 @@ pub(super) fn open_remote(
     t.connect = cli.remote.connect_timeout.unwrap_or(t.connect);
     t.first_byte = cli.remote.first_byte_timeout.unwrap_or(t.first_byte);
     t.stall = cli.remote.stall_timeout.unwrap_or(t.stall);
+    if let Some(budget) = budget {
+        settings.budget = settings.budget.min(budget);
+    }
     let token = bearer_token(&settings.url, cli.remote.url.as_deref(), cli.quiet);
     kart::remote::Remote::open(&settings, token).map(Some)
 }

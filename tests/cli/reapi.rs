@@ -374,3 +374,60 @@ fn built_entry(p: &TestProject, key: &str) -> kart::store::ActionEntry {
         .unwrap()
         .unwrap()
 }
+
+#[test]
+fn doctor_says_whether_the_remote_answers_and_whether_the_executor_executes() {
+    let Some(server) =
+        server("doctor_says_whether_the_remote_answers_and_whether_the_executor_executes")
+    else {
+        return;
+    };
+    let url = server.url(INSTANCE);
+    let p = project(&url, false);
+    let toml = p.read("kart.toml");
+    p.write(
+        "kart.toml",
+        &format!("{toml}\n[executor]\nurl = \"{url}\"\n"),
+    );
+    let out = p.kart(&["doctor"]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(
+        shown.contains(&format!("remote cache: {url} answers")),
+        "{shown}"
+    );
+    // A cache-only BuildGrid stores blobs but offers no execution.
+    assert!(
+        shown.contains(&format!(
+            "executor: {url}: the server stores blobs but does not execute"
+        )),
+        "{shown}"
+    );
+    assert!(shown.contains("next: the executor cannot run"), "{shown}");
+    let out = p.kart(&["doctor", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(report["remote"]["answer"]["Ok"].is_u64(), "{report}");
+    assert!(report["executor"]["answer"]["Err"].is_string(), "{report}");
+
+    // Nothing listens on port 9: the probe says so within its budget, and doctor still
+    // reports the rest.
+    p.write(
+        "kart.toml",
+        &format!("{toml}\n[remote]\nurl = \"http://127.0.0.1:9/cache\"\n")
+            .replace(&format!("[remote]\nurl = \"{url}\"\ntrusted = false\n"), ""),
+    );
+    let start = Instant::now();
+    let out = p.kart(&["doctor"]);
+    let shown = text(&out);
+    assert_eq!(out.status.code(), Some(0), "{shown}");
+    assert!(start.elapsed() < Duration::from_secs(30), "{shown}");
+    assert!(
+        shown.contains("remote cache: http://127.0.0.1:9/cache: "),
+        "{shown}"
+    );
+    assert!(
+        shown.contains("next: the remote cache did not answer"),
+        "{shown}"
+    );
+    assert!(shown.contains("kart.lock:"), "{shown}");
+}

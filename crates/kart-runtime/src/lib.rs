@@ -16,7 +16,8 @@
 //! - [`store`]: the store, `kart.lock` and the committed sidecar files;
 //! - [`runtime`]: resolving, verifying, loading and launching; what a cubin says about
 //!   itself ([`cubin`]), tensor maps ([`runtime::tma`]), `doctor`'s checks;
-//! - [`tune`]: `kart.tune` and `best()`; [`trace`]: what a workload launched.
+//! - [`tune`]: `kart.tune` and `best()`; [`trace`]: what a workload launched;
+//!   [`smoke`]: launching the smoke kernel kart ships, checked against the CPU.
 #![deny(missing_docs)]
 
 pub mod call;

@@ -5,16 +5,20 @@
 //! the geometry and arguments the kernel declared. No nvcc, NVRTC or JIT, and no build
 //! machinery: the `kart` crate builds on this one.
 //!
-//! The modules, each importing only those above it:
+//! The modules, from the ground up (`scripts/check-layout` keeps them free of import
+//! circles and of children importing their parents' items; it does not check this
+//! order):
 //! - [`error`], [`digest`], [`untrusted`] (checks of text read from files and
 //!   remotes), [`failpoint`], [`target`]: the ground floor;
 //! - [`expr`] (the expression language of `require`, `[derived]` and `[launch]`),
 //!   [`model`] (configs, param values, artifact kinds, problems), [`text`] (reading a
 //!   TOML file with errors at line and column), [`locate`] (finding a project and its
-//!   store);
+//!   store), [`suggest`] (did-you-mean for names);
 //! - [`call`] and [`launch`]: how a kernel is called (`[launch]`, `[launch.args]`);
+//!   [`signature`]: the parameter kinds an entry declares, checked against the cubin;
 //! - [`store`]: the store, `kart.lock` and the committed sidecar files;
-//! - [`runtime`]: resolving, verifying, loading and launching; what a cubin says about
+//! - [`resolve`]: which artifact a GPU runs; [`runtime`]: verifying, loading and
+//!   launching; what a cubin says about
 //!   itself ([`cubin`]), tensor maps ([`runtime::tma`]), `doctor`'s checks;
 //! - [`tune`]: `kart.tune` and `best()`; [`trace`]: what a workload launched;
 //!   [`smoke`]: launching the smoke kernel kart ships, checked against the CPU.

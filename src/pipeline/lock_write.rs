@@ -33,7 +33,8 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 /// `mismatches`. Every artifact of `built` (what this build compiled or took from a
 /// store) must be recorded: one that cannot be (its action entry unreadable, its blob
 /// gone) fails the build before the lock is written, naming the artifact and why.
-/// Returns the lock and whether the file changed.
+/// Returns the lock, whether the file changed, and how many of its records were kept
+/// with an action entry in the store found to agree.
 pub(super) fn write_lock(
     ws: &Workspace,
     planned: &[Planned],
@@ -42,7 +43,7 @@ pub(super) fn write_lock(
     old: &Lockfile,
     mismatches: &mut Vec<crate::workspace::DigestMismatch>,
     reporter: &dyn BuildReporter,
-) -> Result<(Lockfile, bool)> {
+) -> Result<(Lockfile, bool, usize)> {
     // A record of a lock in the current format with the same key and identity is kept
     // as it is (the lock is the trust root), once its entry, if any, agrees.
     let current: std::collections::HashMap<&str, &LockedArtifact> =
@@ -54,6 +55,7 @@ pub(super) fn write_lock(
     let mut checked = ws.store.checked();
     let mut artifacts = Vec::new();
     let mut unrecorded = Vec::new();
+    let mut agreed = 0;
     for p in planned {
         let kernel = &ws.project.kernels[p.kernel].name;
         let same = current.get(p.key.as_str()).filter(|a| {
@@ -70,12 +72,14 @@ pub(super) fn write_lock(
                 .entry_state(&p.key)
                 .is_some_and(|state| checked.agrees(&binding, state))
             {
+                agreed += 1;
                 artifacts.push((*kept).clone());
                 continue;
             }
             let local = ws.stored_entry_with_state(&p.key, reporter);
             if let Some((entry, state)) = &local {
                 if entry.digest == kept.digest && crate::workspace::same_artifact(kept, entry) {
+                    agreed += 1;
                     checked.record(binding, *state);
                 } else {
                     checked.forget(&binding);
@@ -175,5 +179,5 @@ pub(super) fn write_lock(
             planned.len()
         ));
     }
-    Ok((lock, changed))
+    Ok((lock, changed, agreed))
 }

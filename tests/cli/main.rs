@@ -17,6 +17,7 @@ mod nvcc;
 mod reapi;
 mod remote;
 mod s3;
+mod settled;
 mod sharing;
 mod store;
 mod templates;

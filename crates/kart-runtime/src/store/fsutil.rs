@@ -12,16 +12,25 @@ pub const TEMP_PREFIX: &str = ".tmp-kart-";
 /// the new one, never a partial one: temp file beside it, `fsync`, rename, `fsync` of
 /// the folder (so the rename itself survives a power loss).
 pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_via(path.parent().unwrap_or(Path::new(".")), path, bytes)
+}
+
+/// [`write_atomic`] with the temp file in `temp_dir`, which must be on the same file
+/// system as `path`. The store writes its blobs and entries this way, so that a killed
+/// write leaves its temp file in one small folder that every open sweeps, not in one
+/// of hundreds of shard folders that would each have to be listed.
+pub fn write_atomic_via(temp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     std::fs::create_dir_all(dir).at("create folder", dir)?;
+    std::fs::create_dir_all(temp_dir).at("create folder", temp_dir)?;
     // 0666 less the umask, as any tool's new file: tempfile's default 0600 would make
     // kart.lock or an exported module unreadable to the rest of a team or a container
     // build running as another user.
     let mut tmp = tempfile::Builder::new()
         .prefix(TEMP_PREFIX)
         .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(dir)
-        .at("create a temp file in", dir)?;
+        .tempfile_in(temp_dir)
+        .at("create a temp file in", temp_dir)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -103,6 +112,11 @@ pub fn sync_dir(dir: &Path) {
 /// Removes kart temp files under `dir` (recursively): the leftovers of killed processes.
 /// Only call this while holding the store exclusively, or live writers lose their files.
 pub fn sweep_temp_files(dir: &Path) -> usize {
+    sweep_temp_files_except(dir, &[])
+}
+
+/// [`sweep_temp_files`], not descending into the folders of `dir` named in `skip`.
+pub fn sweep_temp_files_except(dir: &Path, skip: &[&str]) -> usize {
     let mut removed = 0;
     let Ok(entries) = std::fs::read_dir(dir) else {
         return 0;
@@ -120,7 +134,7 @@ pub fn sweep_temp_files(dir: &Path) -> usize {
                 std::fs::remove_file(&path)
             };
             removed += usize::from(gone.is_ok());
-        } else if kind.is_dir() {
+        } else if kind.is_dir() && !skip.iter().any(|s| entry.file_name() == **s) {
             removed += sweep_temp_files(&path);
         }
     }

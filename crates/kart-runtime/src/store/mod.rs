@@ -37,7 +37,9 @@ use std::time::{Duration, Instant};
 
 use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::store::fsutil::{read_bounded, sweep_temp_files, write_atomic};
+use crate::store::fsutil::{
+    read_bounded, sweep_temp_files, sweep_temp_files_except, write_atomic, write_atomic_via,
+};
 use crate::text::open_regular;
 pub use checked::{Checked, EntryState};
 pub use entry::{ActionEntry, ENTRY_FORMAT, is_other_format};
@@ -134,7 +136,14 @@ impl Store {
         // Sweep only while nobody else holds the store: a live writer's temp file is not
         // a leftover.
         if !read_only && lock.try_lock().is_ok() {
-            sweep_temp_files(&dir);
+            // Blobs and entries are written through `tmp/`, so their hundreds of shard
+            // folders need listing only by the rare exclusive open (gc), which also
+            // catches what an older kart left beside a blob.
+            if mode == LockMode::Exclusive {
+                sweep_temp_files(&dir);
+            } else {
+                sweep_temp_files_except(&dir, &["blobs", "actions"]);
+            }
             for folder in also {
                 crate::store::fsutil::sweep_temp_files_shallow(folder);
             }
@@ -184,6 +193,12 @@ impl Store {
         self.dir.join("toolchains")
     }
 
+    /// Where each project's last settled no-op build is recorded (`kart build`'s
+    /// shortcut; one small file per project).
+    pub fn settled_dir(&self) -> PathBuf {
+        self.dir.join("settled")
+    }
+
     /// Where the projects that use this store are registered ([`projects`]).
     pub fn projects_dir(&self) -> PathBuf {
         self.dir.join(projects::FOLDER)
@@ -228,11 +243,11 @@ impl Store {
         let _ = std::fs::remove_file(self.raw_blob_path(digest));
         let _ = std::fs::remove_file(self.zst_blob_path(digest));
         if bytes.len() <= RAW_BLOB_MAX {
-            write_atomic(&self.raw_blob_path(digest), bytes)
+            self.write_sharded(&self.raw_blob_path(digest), bytes)
         } else {
             let path = self.zst_blob_path(digest);
             let compressed = zstd::bulk::compress(bytes, 1).at("compress", &path)?;
-            write_atomic(&path, &compressed)
+            self.write_sharded(&path, &compressed)
         }
     }
 
@@ -288,11 +303,11 @@ impl Store {
             return Ok(());
         }
         if bytes.len() <= RAW_BLOB_MAX {
-            write_atomic(&self.raw_blob_path(digest), bytes)
+            self.write_sharded(&self.raw_blob_path(digest), bytes)
         } else {
             let path = self.zst_blob_path(digest);
             let compressed = zstd::bulk::compress(bytes, level).at("compress", &path)?;
-            write_atomic(&path, &compressed)
+            self.write_sharded(&path, &compressed)
         }
     }
 
@@ -366,7 +381,12 @@ impl Store {
             path: path.clone(),
             message: e.to_string(),
         })?;
-        write_atomic(&path, &json)
+        self.write_sharded(&path, &json)
+    }
+
+    /// Writes a file of a shard folder (a blob, an entry) with its temp file in `tmp/`.
+    fn write_sharded(&self, path: &Path, bytes: &[u8]) -> Result<()> {
+        write_atomic_via(&self.dir.join("tmp"), path, bytes)
     }
 
     /// Reads the action entry of `key`, if any. An unreadable entry is quarantined and

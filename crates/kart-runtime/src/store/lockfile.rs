@@ -189,7 +189,12 @@ impl Lockfile {
             path: shown.to_path_buf(),
             text,
         };
-        let lock: Lockfile = file.parse()?;
+        // kart's own layout through a fast reader; anything else (and every error
+        // message) through the TOML parser.
+        let lock: Lockfile = match crate::store::lock_canonical::parse(text) {
+            Some(lock) => lock,
+            None => file.parse()?,
+        };
         let bad = |i: usize, message: String| {
             // Point at the i-th `[[artifact]]` header.
             let offset = text

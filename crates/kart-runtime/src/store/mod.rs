@@ -27,6 +27,7 @@ pub mod checked;
 pub mod entry;
 pub mod fsutil;
 pub mod limits;
+pub mod lock_canonical;
 pub mod lockfile;
 pub mod projects;
 pub mod sidecar;
@@ -260,7 +261,9 @@ impl Store {
 
     /// Whether a blob file exists (its bytes are not checked).
     pub fn has_blob(&self, digest: &str) -> bool {
-        is_sha256_hex(digest) && self.blob_path(digest).is_file()
+        // One stat for a raw blob, two for a compressed one (not blob_path's two and three).
+        is_sha256_hex(digest)
+            && (self.raw_blob_path(digest).is_file() || self.zst_blob_path(digest).is_file())
     }
 
     /// The size of a blob's stored file (compressed or not), if it is there.

@@ -1,0 +1,396 @@
+//! A fast reader for the layout `kart build` writes kart.lock in.
+//!
+//! A general TOML parse of a lock of 100,000 artifacts (about 50 MB) takes seconds and
+//! allocates a document tree before serde sees a field. The lock kart writes uses a
+//! small part of TOML: `[[artifact]]`, `[artifact.NAME]` and `[[artifact.NAME]]`
+//! headers, one `key = value` per line with a bare key, and values that are plain
+//! strings (no escapes), decimal integers, booleans or one-line arrays of those. This
+//! module rewrites exactly that subset into JSON, line by line, and lets serde_json
+//! build the same [`Lockfile`] through the same `Deserialize` implementations (so every
+//! field check and every refusal of unknown fields is the one the TOML path applies).
+//!
+//! Anything outside the subset, and anything serde_json refuses, returns `None`: the
+//! caller then parses with the TOML parser, whose answers and error messages (with line
+//! and column) are the only ones a user sees. The `[[kernel]]` tables that follow the
+//! artifacts are few and go to the TOML parser as they are.
+
+use serde::Deserialize;
+
+use crate::store::lockfile::{LockedKernel, Lockfile};
+
+/// What the JSON half yields: the version and artifacts (the kernels come from TOML).
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Head {
+    version: u32,
+    #[serde(default)]
+    artifact: Vec<crate::store::lockfile::LockedArtifact>,
+}
+
+/// The `[[kernel]]` tables, parsed by TOML.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tail {
+    #[serde(default)]
+    kernel: Vec<LockedKernel>,
+}
+
+/// The lock, when `text` is in the layout kart writes and serde accepts it; `None`
+/// otherwise (parse it with TOML then).
+pub fn parse(text: &str) -> Option<Lockfile> {
+    // The kernel tables come last in what kart writes; from the first one on, TOML.
+    let (head, tail) = match text.find("\n[[kernel]]") {
+        Some(at) => text.split_at(at + 1),
+        None => (text, ""),
+    };
+    let json = to_json(head)?;
+    let head: Head = serde_json::from_str(&json).ok()?;
+    let kernels = if tail.is_empty() {
+        Vec::new()
+    } else {
+        toml::from_str::<Tail>(tail).ok()?.kernel
+    };
+    Some(Lockfile {
+        version: head.version,
+        artifacts: head.artifact,
+        kernels,
+    })
+}
+
+/// Where a line's key goes.
+#[derive(PartialEq, Eq)]
+enum Table {
+    Top,
+    Artifact,
+    /// `[artifact.NAME]`.
+    Sub,
+    /// `[[artifact.NAME]]`.
+    SubArray,
+}
+
+/// The JSON text of the subset, or `None` at the first line outside it.
+fn to_json(text: &str) -> Option<String> {
+    let mut out = String::with_capacity(text.len() + text.len() / 4);
+    out.push('{');
+    let mut table = Table::Top;
+    // The current table's keys (duplicates are a TOML error, so they leave the subset).
+    let mut keys: Vec<&str> = Vec::new();
+    // The names of the current artifact's sub-tables and arrays, in order.
+    let mut subs: Vec<&str> = Vec::new();
+    let mut first_in_table = true;
+    let mut artifacts_open = false;
+    for line in text.lines() {
+        let line = line.trim_end_matches('\r');
+        if line.is_empty() || line.starts_with('#') {
+            continue;
+        }
+        if line.starts_with('[') {
+            keys.clear();
+            // Another table of the array just written: only its last table closes.
+            if let Some(name) = header(line, "[[artifact.", "]]")
+                && table == Table::SubArray
+                && subs.last() == Some(&name)
+            {
+                out.push_str("},{");
+                first_in_table = true;
+                continue;
+            }
+            close_sub(&mut out, &table);
+            first_in_table = true;
+            if line == "[[artifact]]" {
+                if table == Table::Top {
+                    if artifacts_open {
+                        return None;
+                    }
+                    out.push_str(if out.len() > 1 {
+                        ",\"artifact\":["
+                    } else {
+                        "\"artifact\":["
+                    });
+                    artifacts_open = true;
+                } else {
+                    out.push_str("},");
+                }
+                out.push('{');
+                subs.clear();
+                table = Table::Artifact;
+            } else if let Some(name) = header(line, "[[artifact.", "]]") {
+                if table == Table::Top {
+                    return None;
+                }
+                if subs.contains(&name) {
+                    return None;
+                }
+                subs.push(name);
+                push_sep(&mut out);
+                out.push('"');
+                out.push_str(name);
+                out.push_str("\":[{");
+                table = Table::SubArray;
+            } else if let Some(name) = header(line, "[artifact.", "]") {
+                if table == Table::Top || subs.contains(&name) {
+                    return None;
+                }
+                subs.push(name);
+                push_sep(&mut out);
+                out.push('"');
+                out.push_str(name);
+                out.push_str("\":{");
+                table = Table::Sub;
+            } else {
+                return None;
+            }
+            continue;
+        }
+        let (key, value) = line.split_once(" = ")?;
+        if !is_bare_key(key) || keys.contains(&key) {
+            return None;
+        }
+        keys.push(key);
+        if !first_in_table || (table == Table::Top && out.len() > 1) {
+            out.push(',');
+        }
+        first_in_table = false;
+        out.push('"');
+        out.push_str(key);
+        out.push_str("\":");
+        push_value(&mut out, value)?;
+    }
+    close_sub(&mut out, &table);
+    if table != Table::Top {
+        out.push_str("}]");
+    }
+    out.push('}');
+    Some(out)
+}
+
+/// Closes a `[artifact.NAME]` or `[[artifact.NAME]]` table.
+fn close_sub(out: &mut String, table: &Table) {
+    match table {
+        Table::Sub => out.push('}'),
+        Table::SubArray => out.push_str("}]"),
+        Table::Top | Table::Artifact => {}
+    }
+}
+
+/// A comma unless the artifact object was just opened.
+fn push_sep(out: &mut String) {
+    if !out.ends_with('{') {
+        out.push(',');
+    }
+}
+
+fn header<'a>(line: &'a str, open: &str, close: &str) -> Option<&'a str> {
+    let name = line.strip_prefix(open)?.strip_suffix(close)?;
+    is_bare_key(name).then_some(name)
+}
+
+fn is_bare_key(key: &str) -> bool {
+    !key.is_empty()
+        && key
+            .bytes()
+            .all(|b| b.is_ascii_alphanumeric() || b == b'_' || b == b'-')
+}
+
+/// One value: a string without escapes, a decimal integer, a boolean, or a one-line
+/// array of those.
+fn push_value(out: &mut String, value: &str) -> Option<()> {
+    if let Some(inner) = value.strip_prefix('[') {
+        let inner = inner.strip_suffix(']')?;
+        out.push('[');
+        let inner = inner.trim();
+        if !inner.is_empty() {
+            for (i, item) in split_items(inner)?.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                push_scalar(out, item.trim())?;
+            }
+        }
+        out.push(']');
+        return Some(());
+    }
+    push_scalar(out, value)
+}
+
+/// The items of a one-line array, split at the commas outside strings.
+fn split_items(inner: &str) -> Option<Vec<&str>> {
+    let mut items = Vec::new();
+    let mut start = 0;
+    let mut in_string = false;
+    for (i, b) in inner.bytes().enumerate() {
+        match b {
+            b'"' => in_string = !in_string,
+            b',' if !in_string => {
+                items.push(&inner[start..i]);
+                start = i + 1;
+            }
+            b'[' | b']' | b'{' | b'}' | b'\\' if !in_string => return None,
+            _ => {}
+        }
+    }
+    if in_string {
+        return None;
+    }
+    items.push(&inner[start..]);
+    Some(items)
+}
+
+fn push_scalar(out: &mut String, value: &str) -> Option<()> {
+    if let Some(body) = value.strip_prefix('"') {
+        let body = body.strip_suffix('"')?;
+        // No escapes, quotes or control characters: then the TOML string is also a JSON
+        // string, byte for byte.
+        if body
+            .bytes()
+            .any(|b| b == b'"' || b == b'\\' || b < 0x20 || b == 0x7f)
+        {
+            return None;
+        }
+        out.push('"');
+        out.push_str(body);
+        out.push('"');
+        return Some(());
+    }
+    if value == "true" || value == "false" {
+        out.push_str(value);
+        return Some(());
+    }
+    let digits = value.strip_prefix('-').unwrap_or(value);
+    // At most 18 digits: every such number is an i64 to TOML and to serde_json alike.
+    let decimal = !digits.is_empty()
+        && digits.len() <= 18
+        && digits.bytes().all(|b| b.is_ascii_digit())
+        && (digits == "0" || !digits.starts_with('0'));
+    if !decimal {
+        return None;
+    }
+    out.push_str(value);
+    Some(())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cubin::EntryInfo;
+    use crate::model::{ArtifactKind, Config, ParamValue};
+    use crate::store::lockfile::LockedArtifact;
+
+    fn artifact(kernel: &str, a: i64, target: &str, derived: bool) -> LockedArtifact {
+        let mut config = BTreeMap::new();
+        config.insert("A".to_string(), ParamValue::Int(a));
+        config.insert("MODE".to_string(), ParamValue::Ident("lib::Mode::B".into()));
+        let entry: EntryInfo = serde_json::from_value(serde_json::json!({
+            "name": format!("{kernel}"),
+            "symbol": "_Z4tinyILi0ELi0EEvPi",
+            "template": "tiny<A, MODE>",
+            "instance": "tiny<0, lib::Mode::B>",
+            "registers": 6,
+            "shared_bytes": 0,
+            "stack_bytes": 0,
+            "spill_store_bytes": 0,
+            "spill_load_bytes": 0,
+            "params": [8, 16],
+            "signature": ["ptr", "i32"],
+        }))
+        .unwrap();
+        LockedArtifact {
+            kernel: kernel.into(),
+            config: Config(config),
+            target: target.into(),
+            kind: ArtifactKind::Cubin,
+            key: "a".repeat(64),
+            digest: "b".repeat(64),
+            size: 3240,
+            nvcc: "13.0.88".into(),
+            entries: vec![entry.clone(), entry],
+            derived: if derived {
+                [("SMEM".to_string(), -5)].into_iter().collect()
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+
+    fn sample() -> Lockfile {
+        let mut artifacts = Vec::new();
+        for a in 0..20 {
+            for target in ["sm_80", "sm_90a"] {
+                artifacts.push(artifact("tiny", a, target, a % 3 == 0));
+            }
+        }
+        Lockfile::new(artifacts)
+    }
+
+    #[test]
+    fn the_written_layout_reads_as_toml_reads_it() {
+        let lock = sample();
+        let text = lock.to_text();
+        let fast = parse(&text).expect("kart's own layout is in the subset");
+        let slow: Lockfile = toml::from_str(&text).unwrap();
+        assert_eq!(fast, slow);
+        assert_eq!(fast, lock);
+        // An empty lock, and the repository's own lock (kernel tables included).
+        let empty = Lockfile::new(Vec::new()).to_text();
+        assert_eq!(parse(&empty), Some(toml::from_str(&empty).unwrap()));
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kart.lock");
+        let text = std::fs::read_to_string(repo).unwrap();
+        let fast = parse(&text).expect("the repository's lock is in the subset");
+        assert_eq!(fast, toml::from_str::<Lockfile>(&text).unwrap());
+        assert!(!fast.kernels.is_empty());
+    }
+
+    #[test]
+    fn anything_outside_the_subset_is_left_to_toml() {
+        let text = sample().to_text();
+        let edits: &[(&str, &str)] = &[
+            ("nvcc = \"13.0.88\"", "nvcc = \"13.0\\u002e88\""), // an escape
+            ("size = 3240", "size = 3_240"),                    // TOML's digit separators
+            ("size = 3240", "size = 0x0CA8"),                   // hex
+            ("size = 3240", "size = 3240 # a comment"),         // trailing comment
+            ("A = 0", "\"A\" = 0"),                             // a quoted key
+            ("[artifact.config]", "[artifact . config]"),       // spaced header
+            ("registers = 6", "registers = 6\nregisters = 7"),  // a duplicate key
+            ("params = [8, 16]", "params = [\n8, 16]"),         // a multi-line array
+            ("version = 3", "version = 3\n[other]"),            // another table
+        ];
+        for (from, to) in edits {
+            assert!(text.contains(from), "{from}");
+            let edited = text.replacen(from, to, 1);
+            assert_eq!(parse(&edited), None, "{to}");
+        }
+        // A second `[artifact.config]` in one artifact is a TOML error: not read here.
+        let twice = text.replacen(
+            "[artifact.config]",
+            "[artifact.config]\n[artifact.config]",
+            1,
+        );
+        assert_eq!(parse(&twice), None);
+        // Unknown fields are refused by the same serde rules.
+        assert_eq!(
+            parse(&text.replacen("size = 3240", "sizes = 3240", 1)),
+            None
+        );
+    }
+
+    #[test]
+    fn a_value_toml_reads_differently_is_never_read_here() {
+        // Strings and integers that JSON would read but TOML rejects, or reads otherwise.
+        for bad in [
+            "\"a\tb\"",
+            "007",
+            "18446744073709551615",
+            "-",
+            "+1",
+            "1.5",
+            "inf",
+            "'raw'",
+            "\"\"\"x\"\"\"",
+        ] {
+            let mut out = String::new();
+            assert_eq!(push_scalar(&mut out, bad), None, "{bad}");
+        }
+    }
+}

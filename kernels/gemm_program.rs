@@ -1,15 +1,19 @@
 //! What the repository's GEMM-like kernel programs share (`sgemm`, `cute_gemm`,
 //! `dual_gemm_silu`), run on a GPU machine from the repository root after `kart build`:
 //!
-//!   PROGRAM check   every config this GPU runs, on the kernel's check shapes, against a
-//!                   float64 CPU reference on fresh random inputs (output poisoned
-//!                   first); passes go to kart.attest (`correct`)
-//!   PROGRAM tune    the library's tuner over the kernel's problems; winners go to
-//!                   kart.tune
-//!   PROGRAM demo    best() per problem, a checked small run, then time and TFLOP/s
+//!   PROGRAM check [KERNEL]      every config this GPU runs of the kernel and its
+//!                               variants (`variant_of`; or of KERNEL alone), on the
+//!                               check shapes, against a float64 CPU reference on
+//!                               fresh random inputs (output poisoned first); passes
+//!                               go to kart.attest (`correct`)
+//!   PROGRAM tune [MxNxK ...]    the library's tuner over the kernel and its variants,
+//!                               on the kernel's problems (or on these); winners go to
+//!                               kart.tune
+//!   PROGRAM demo                best() per problem, a checked small run, then time
+//!                               and TFLOP/s
 //!
-//! A kernel's program supplies its inputs, launch and reference through [`Gemm`].
-//! Exit 1 if any check fails.
+//! A kernel's program supplies its inputs, launch and reference through [`Gemm`]; a
+//! variant is called as its base is. Exit 1 if any check fails.
 
 use std::path::Path;
 use std::sync::Arc;
@@ -196,25 +200,41 @@ fn tflops<G: Gemm>(p: &Problem, us: f64) -> f64 {
     G::FLOPS_PER_MAC * (m * n * k) as f64 / (us * 1e-6) / 1e12
 }
 
-/// Every config of the kernel that this GPU runs.
-fn configs_for<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Vec<Config> {
-    let mut configs: Vec<Config> = rt
-        .lock()
-        .artifacts
-        .iter()
-        .filter(|a| a.kernel == G::KERNEL)
-        .filter(|a| {
-            kart::deploy::tune::artifact_for(rt.lock(), G::KERNEL, &a.config, gpu.capability)
-                .is_some()
-        })
-        .map(|a| a.config.clone())
-        .collect();
-    configs.sort();
-    configs.dedup();
-    configs
+/// Every config of the family's kernels that this GPU runs, as (kernel, config), the
+/// base's first.
+fn configs_for(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Vec<(String, Config)> {
+    let mut all = Vec::new();
+    for kernel in family {
+        let name = kernel.name.as_str();
+        let mut configs: Vec<Config> = rt
+            .lock()
+            .artifacts
+            .iter()
+            .filter(|a| a.kernel == name)
+            .filter(|a| {
+                kart::deploy::tune::artifact_for(rt.lock(), name, &a.config, gpu.capability)
+                    .is_some()
+            })
+            .map(|a| a.config.clone())
+            .collect();
+        configs.sort();
+        configs.dedup();
+        all.extend(configs.into_iter().map(|c| (name.to_string(), c)));
+    }
+    all
 }
 
-fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
+/// A config as the program prints it: the base's as it is, a variant's after its
+/// kernel's name.
+fn label<G: Gemm>(kernel: &str, config: &Config) -> String {
+    if kernel == G::KERNEL {
+        config.to_string()
+    } else {
+        format!("{kernel}[{config}]")
+    }
+}
+
+fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut passed = Vec::new();
     let mut failed = 0;
@@ -223,8 +243,8 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
         G::CHECK_SHAPES,
         G::CHECK_RULE
     );
-    for config in configs_for::<G>(rt, gpu) {
-        let loaded = gpu.kernel(rt, G::KERNEL, &config)?;
+    for (kernel, config) in configs_for(rt, gpu, family) {
+        let loaded = gpu.kernel(rt, &kernel, &config)?;
         let mut worst = 0f64;
         let mut failure = None;
         for &s in G::CHECK_SHAPES {
@@ -239,12 +259,15 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
         }
         match failure {
             None => {
-                println!("  ok    {config}  worst {worst:.2e}");
+                println!(
+                    "  ok    {}  worst {worst:.2e}",
+                    label::<G>(&kernel, &config)
+                );
                 passed.push(loaded.artifact.clone());
             }
             Some(why) => {
                 failed += 1;
-                println!("  FAIL  {config}  {why}");
+                println!("  FAIL  {}  {why}", label::<G>(&kernel, &config));
             }
         }
     }
@@ -263,21 +286,24 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu) -> Res<bool> {
     Ok(failed == 0)
 }
 
-fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
+fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel], problems: Vec<Problem>) -> Res<()> {
     let mut bench = Bench::<G>::new(gpu, 42);
     let mut records = Vec::new();
-    for problem in G::problems() {
+    for problem in problems {
         let (trials, record) = kart::deploy::tune::tune_problem(
             rt,
             gpu,
-            &[kernel],
+            family,
             &problem,
             TuneSettings::default(),
             &mut bench,
         )?;
-        let mut timed: Vec<(f64, &Config)> = trials
+        let mut timed: Vec<(f64, String)> = trials
             .iter()
-            .filter_map(|t| t.result.as_ref().ok().map(|us| (*us, &t.config)))
+            .filter_map(|t| {
+                let us = t.result.as_ref().ok()?;
+                Some((*us, label::<G>(&t.kernel, &t.config)))
+            })
             .collect();
         timed.sort_by(|a, b| a.0.total_cmp(&b.0));
         let wrong = trials.iter().filter(|t| t.result.is_err()).count();
@@ -294,7 +320,7 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
         if let Some(r) = record {
             println!(
                 "  best: {} ({:.1} µs, {:.2} TFLOP/s)",
-                r.config,
+                label::<G>(r.implementation(), &r.config),
                 r.median_us,
                 tflops::<G>(&problem, r.median_us)
             );
@@ -306,31 +332,36 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<()> {
     Ok(())
 }
 
-fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
+fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     let path = Path::new(kart::deploy::tune::TUNE_FILE);
     let tune = TuneFile::read(path, path)?;
     let mut bench = Bench::<G>::new(gpu, 7);
     let mut ok = true;
     for problem in G::problems().into_iter().chain([G::unseen_problem()]) {
         let t0 = std::time::Instant::now();
-        let kart::deploy::tune::Choice { config, source, .. } = kart::deploy::tune::best(
+        let kart::deploy::tune::Choice {
+            kernel,
+            config,
+            source,
+        } = kart::deploy::tune::best(
             &tune,
             rt.lock(),
-            &[kernel],
+            family,
             &gpu.name,
             gpu.capability,
             &problem,
         )?;
         let lookup = t0.elapsed();
-        let loaded = gpu.kernel(rt, G::KERNEL, &config)?;
+        let loaded = gpu.kernel(rt, &kernel, &config)?;
         let correct = G::check_once(gpu, &loaded, G::DEMO_CHECK, &mut bench.seed)?;
         ok &= correct.is_ok();
         let us = kart::deploy::tune::median_time_us(gpu, TuneSettings::default(), &mut |i| {
             bench.launch(&loaded, &config, &problem, i)
         })?;
         println!(
-            "{problem:?}: best() {:.1} µs -> {config} ({source:?}); check {}; {us:.1} µs, {:.2} TFLOP/s",
+            "{problem:?}: best() {:.1} µs -> {} ({source:?}); check {}; {us:.1} µs, {:.2} TFLOP/s",
             lookup.as_secs_f64() * 1e6,
+            label::<G>(&kernel, &config),
             match &correct {
                 Ok(rel) => format!("ok ({rel:.1e})"),
                 Err(why) => format!("FAILED ({why})"),
@@ -341,11 +372,37 @@ fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, kernel: &Kernel) -> Res<bool> {
     Ok(ok)
 }
 
-/// The command line: `check`, `tune` or `demo`.
+/// A problem written `MxNxK` (`128x2048x7168`).
+fn parse_problem(text: &str) -> Res<Problem> {
+    let sizes: Vec<usize> = text
+        .split('x')
+        .map(|v| v.parse::<usize>().ok().filter(|v| *v > 0))
+        .collect::<Option<_>>()
+        .ok_or_else(|| {
+            format!("problem `{text}`: want MxNxK with positive integers, e.g. 128x2048x7168")
+        })?;
+    match sizes[..] {
+        [m, n, k] => Ok(problem(m, n, k)),
+        _ => Err(format!("problem `{text}`: want three sizes MxNxK, e.g. 128x2048x7168").into()),
+    }
+}
+
+/// The command line: `check [KERNEL]`, `tune [MxNxK ...]` or `demo`.
 pub fn main<G: Gemm>() -> Res<()> {
-    let command = std::env::args().nth(1).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = args.first().cloned().unwrap_or_default();
+    let rest = args.get(1..).unwrap_or_default();
     let project = Project::discover(Path::new("."))?;
-    let kernel = project.kernel(G::KERNEL)?.clone();
+    let mut family = project.family(G::KERNEL)?;
+    if command == "check"
+        && let Some(only) = rest.first()
+    {
+        if !family.iter().any(|k| &k.name == only) {
+            let names: Vec<&str> = family.iter().map(|k| k.name.as_str()).collect();
+            return Err(format!("check {only}: not {}", names.join(" or ")).into());
+        }
+        family.retain(|k| &k.name == only);
+    }
     let rt = Runtime::open(Path::new("."))?;
     let gpu = Gpu::open(0)?;
     println!(
@@ -355,15 +412,22 @@ pub fn main<G: Gemm>() -> Res<()> {
         env!("CARGO_PKG_VERSION")
     );
     let ok = match command.as_str() {
-        "check" => check::<G>(&rt, &gpu)?,
+        "check" => check::<G>(&rt, &gpu, &family)?,
         "tune" => {
-            tune::<G>(&rt, &gpu, &kernel)?;
+            let problems = if rest.is_empty() {
+                G::problems()
+            } else {
+                rest.iter()
+                    .map(|p| parse_problem(p))
+                    .collect::<Res<Vec<_>>>()?
+            };
+            tune::<G>(&rt, &gpu, &family, problems)?;
             true
         }
-        "demo" => demo::<G>(&rt, &gpu, &kernel)?,
+        "demo" => demo::<G>(&rt, &gpu, &family)?,
         _ => {
             eprintln!(
-                "usage: {} check|tune|demo (from the repository root, after `kart build`)",
+                "usage: {} check [KERNEL] | tune [MxNxK ...] | demo (from the repository root, after `kart build`)",
                 G::KERNEL
             );
             std::process::exit(2);

@@ -3,10 +3,14 @@
     python3 kernels/dual_gemm_silu/bench.py dual_gemm_kernels.py
 
 (the module `kart export --python -o dual_gemm_kernels.py dual_gemm_silu --all-configs`
-wrote, with the tuning records). For each benchmark shape both run as CUDA graphs (the
-fused kernel through examples/python/dual_gemm/submission.py, the baseline two
-`torch._scaled_mm` and the SiLU-multiply through baseline.py), each replay timed with
-CUDA events after the L2 is flushed, median of 50, interleaved. Speed of light per shape:
+wrote, with the tuning records; it holds the split-K variant dual_gemm_silu_splitk too,
+and best() picks either). For each benchmark shape, then for the four more of
+common.MORE_SHAPES (few output tiles over a long K; the large problems), both run as
+CUDA graphs (the fused kernel through examples/python/dual_gemm/submission.py, the baseline two
+`torch._scaled_mm` and the SiLU-multiply through baseline.py, and "concat": one
+`_scaled_mm` over B1 and B2 concatenated beforehand, fp32 out, the scales applied in the
+SiLU-multiply), each replay timed with CUDA events after the L2 is flushed, median of
+50, interleaved. Speed of light per shape:
 max(FLOPs / the FP8 dense peak, bytes / the bandwidth measured here with a device copy).
 Then accuracy on every test shape: worst |C - ref| / max(|ref|, 1e-2) against float64
 for both.
@@ -57,12 +61,39 @@ def graph_of(fn, data):
     return graph.replay
 
 
+def _geomean(values):
+    product = 1.0
+    for v in values:
+        product *= v
+    return product ** (1 / len(values))
+
+
+def _implementation(kernels, launcher):
+    """The config, after the kernel's name where best() chose the split-K variant."""
+    text = kernels._config_text(launcher.config)
+    return text if launcher.kernel == "dual_gemm_silu" else f"{launcher.kernel}[{text}]"
+
+
+def concatenated(data):
+    """The baseline with one GEMM: A·[B1; B2]ᵀ by one `_scaled_mm` (B1 and B2
+    concatenated once, outside the timed graph), then silu(·sB1) * (·sB2)."""
+    a, b1, b2, sa, sb1, sb2, c = data
+    n = b1.shape[0]
+    both, one = torch.cat([b1, b2]), torch.ones(1, device="cuda")
+
+    def run(_):
+        r = torch._scaled_mm(a, both.t(), scale_a=sa, scale_b=one, out_dtype=torch.float32)
+        c.copy_(torch.nn.functional.silu(r[:, :n] * sb1) * (r[:, n:] * sb2))
+
+    return run
+
+
 def main(module_path):
     target = os.path.join(EXAMPLE, "dual_gemm_kernels.py")
     if not os.path.exists(target) or not os.path.samefile(module_path, target):
         shutil.copy(module_path, target)
     sys.path.insert(0, EXAMPLE)
-    from common import BENCH_SHAPES, TEST_SHAPES, make_inputs, reference, scaled_error, worst_error
+    from common import BENCH_SHAPES, MORE_SHAPES, TEST_SHAPES, make_inputs, reference, scaled_error, worst_error
 
     ours = load("submission", os.path.join(EXAMPLE, "submission.py"))
     base = load("baseline", os.path.join(EXAMPLE, "baseline.py"))
@@ -72,14 +103,15 @@ def main(module_path):
     print(f"{name}, torch {torch.__version__}; device copy bandwidth {bw:.0f} GB/s; FP8 dense peak {peak} TFLOP/s")
     generator = torch.Generator(device="cuda").manual_seed(1)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
-    print(f"{'M':>5} {'N':>5} {'K':>5}  {'fused µs':>9} {'baseline µs':>11} {'speedup':>7}  {'SOL µs':>7} "
-          f"{'fused/SOL':>9}  config")
+    print(f"{'M':>5} {'N':>5} {'K':>5}  {'fused µs':>9} {'baseline µs':>11} {'speedup':>7}  {'concat µs':>9} "
+          f"{'speedup':>7}  {'SOL µs':>7} {'fused/SOL':>9}  config")
     ratios = []
-    for m, n, k in BENCH_SHAPES:
+    for m, n, k in BENCH_SHAPES + MORE_SHAPES:
         data = make_inputs(m, n, k, generator)
         # The baseline captures its own graph at its first call; each call replays it.
         base.custom_kernel(data)
-        graphs = {"fused": graph_of(ours.custom_kernel, data), "baseline": lambda: base.custom_kernel(data)}
+        graphs = {"fused": graph_of(ours.custom_kernel, data), "baseline": lambda: base.custom_kernel(data),
+                  "concat": graph_of(concatenated(data), data)}
         times = {key: [] for key in graphs}
         for _ in range(50):
             for key, graph in graphs.items():
@@ -95,13 +127,12 @@ def main(module_path):
         sol = max(flops / (peak * 1e12) if peak else 0, moved / (bw * 1e9)) * 1e6
         launcher = ours.kernels.best("dual_gemm_silu", M=m, N=n, K=k)
         ratios.append(med["baseline"] / med["fused"])
-        print(f"{m:5d} {n:5d} {k:5d}  {med['fused']:9.1f} {med['baseline']:11.1f} {ratios[-1]:6.2f}x  {sol:7.1f} "
-              f"{med['fused'] / sol:8.2f}x  {ours.kernels._config_text(launcher.config)}")
+        print(f"{m:5d} {n:5d} {k:5d}  {med['fused']:9.1f} {med['baseline']:11.1f} {ratios[-1]:6.2f}x  "
+              f"{med['concat']:9.1f} {med['concat'] / med['fused']:6.2f}x  {sol:7.1f} "
+              f"{med['fused'] / sol:8.2f}x  {_implementation(ours.kernels, launcher)}")
         ours._plans.clear()
-    geo = 1.0
-    for r in ratios:
-        geo *= r
-    print(f"geometric mean speedup over the baseline: {geo ** (1 / len(ratios)):.2f}x")
+    print(f"geometric mean speedup over the baseline: {_geomean(ratios[:len(BENCH_SHAPES)]):.2f}x on the "
+          f"{len(BENCH_SHAPES)} benchmark shapes, {_geomean(ratios):.2f}x on all {len(ratios)}")
 
     print("accuracy against float64: worst |C - ref| / max(|ref|, 1e-2) (and / max |ref|), same inputs")
     for m, n, k in TEST_SHAPES:

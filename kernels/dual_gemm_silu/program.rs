@@ -1,13 +1,17 @@
 //! The fused FP8 dual GEMM + SiLU's own program (kernels/dual_gemm_silu: C =
-//! silu(A·B1ᵀ·sA·sB1) * (A·B2ᵀ·sA·sB2), e4m3 in, fp16 out, wgmma fed by TMA), run on an
+//! silu(A·B1ᵀ·sA·sB1) * (A·B2ᵀ·sA·sB2), e4m3 in, fp16 out, wgmma fed by TMA; and its
+//! split-K variant kernels/dual_gemm_silu_splitk, called the same way), run on an
 //! H100/H200 from the repository root after `kart build`:
 //!
-//!   dual_gemm_silu check   every config this GPU runs, on shapes with tails in M and N,
-//!                          against a float64 CPU reference on fresh random inputs
-//!                          (output poisoned first); passes go to kart.attest (`correct`)
-//!   dual_gemm_silu tune    the library's tuner over the benchmark and test shapes;
-//!                          winners go to kart.tune
-//!   dual_gemm_silu demo    best() per problem, a checked small run, then time and TFLOP/s
+//!   dual_gemm_silu check [KERNEL]    every config this GPU runs (of both kernels, or of
+//!                                    KERNEL), on shapes with tails in M and N, against a
+//!                                    float64 CPU reference on fresh random inputs (output
+//!                                    poisoned first); passes go to kart.attest (`correct`)
+//!   dual_gemm_silu tune [MxNxK ...]  the library's tuner over both kernels, on the
+//!                                    benchmark and test shapes and the small-M, long-K
+//!                                    ones (or on these); winners go to kart.tune
+//!   dual_gemm_silu demo              best() per problem, a checked small run, then time
+//!                                    and TFLOP/s
 //!
 //! Each launch passes three TMA descriptors that kart encodes (bytes, boxes of the
 //! config's BM x 128 and BN x 128 with the 128-byte swizzle) and takes its grid, block
@@ -268,7 +272,8 @@ impl Gemm for DualGemmSilu {
     }
 
     fn problems() -> Vec<Problem> {
-        // The benchmark shapes, then the test shapes.
+        // The benchmark shapes, the test shapes, then few output tiles over a long K
+        // (where the split-K variant may win).
         [
             (256, 4096, 7168),
             (512, 4096, 7168),
@@ -281,6 +286,8 @@ impl Gemm for DualGemmSilu {
             (4608, 384, 7168),
             (512, 768, 7168),
             (4096, 768, 512),
+            (128, 2048, 7168),
+            (128, 4096, 7168),
         ]
         .into_iter()
         .map(|(m, n, k)| problem(m, n, k))

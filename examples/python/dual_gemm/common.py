@@ -8,6 +8,9 @@ import torch
 TEST_SHAPES = [(256, 512, 256), (1536, 512, 7168), (3072, 1024, 1536), (7168, 1024, 256),
                (4608, 384, 7168), (512, 768, 7168), (4096, 768, 512), (300, 1000, 1040)]
 BENCH_SHAPES = [(256, 4096, 7168), (512, 4096, 7168), (256, 3072, 4096), (512, 3072, 7168)]
+# Where cuBLAS won before split-K and the persistent schedule: few output tiles over a
+# long K (the first two), and the large problems on the H100.
+MORE_SHAPES = [(128, 2048, 7168), (128, 4096, 7168), (2048, 7168, 4096), (1024, 4096, 7168)]
 
 
 def make_inputs(m, n, k, generator):

@@ -8,8 +8,10 @@ place with silu(a·b1ᵀ·sa·sb1) * (a·b2ᵀ·sa·sb2) and returned.
 
 Everything comes from `dual_gemm_kernels.py`, the module `kart export --python` wrote
 (cubins and a loader over the CUDA driver): no compiler, no JIT and no autotuning at
-import or at the first call. The config for a shape is kart's tuned choice (`best()`);
-TMA descriptors are made once per set of tensors and kept with them.
+import or at the first call. The kernel and config for a shape are kart's tuned choice
+(`best()`): kernels/dual_gemm_silu, or its split-K variant kernels/dual_gemm_silu_splitk
+(called the same way) where that won; TMA descriptors are made once per set of tensors
+and kept with them.
 """
 import os
 import sys

@@ -9,6 +9,7 @@
 //! runner.
 
 mod deploy;
+mod dual_gemm;
 mod hopper;
 mod python;
 mod runtime;
@@ -178,6 +179,10 @@ const TESTS: &[Test] = &[
     (
         "a_variant_is_called_as_its_base_and_chosen_on_hopper",
         hopper::a_variant_is_called_as_its_base_and_chosen_on_hopper,
+    ),
+    (
+        "split_k_variant_matches_its_base_bit_for_bit",
+        dual_gemm::split_k_variant_matches_its_base_bit_for_bit,
     ),
     (
         "python_variants_are_called_alike_and_chosen_by_best",

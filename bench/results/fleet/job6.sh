@@ -4,7 +4,8 @@
 # accuracy sweep of the split-K configs on the long-K shapes against cuBLAS, the same
 # output bits on repeated runs (the fixed reduction order), the tuner over both kernels on
 # the problems with few output tiles (kart.tune), then the benchmark on its 4 shapes and
-# the 4 more (128 x 2048 x 7168 first) with best() choosing between the kernels.
+# the 4 more (128 x 2048 x 7168 first) with best() choosing between the kernels, and the
+# variant's GPU test where the GPU test binary is carried in .gpu/tests.
 # Needs .gpu/bin/kart and .gpu/bin/dual_gemm_silu (cargo build --release --example
 # dual_gemm_silu) and the store with the split-K cubins in .gpu/store.tgz. Logs, and
 # kart.attest and kart.tune as they end up, go to $OUT.
@@ -13,7 +14,7 @@ cd "$(dirname "$0")/../../.."
 B=$PWD/.gpu/bin
 export CARGO_MANIFEST_DIR=$PWD PATH="$B:$PATH"
 echo "commit $(cat .gpu/COMMIT 2>/dev/null || git rev-parse HEAD)"; nvidia-smi --query-gpu=name,driver_version,compute_cap --format=csv,noheader
-sha256sum .gpu/bin/*
+sha256sum .gpu/bin/* .gpu/tests/* 2>/dev/null
 rm -rf artifacts; tar -xzf .gpu/store.tgz && mv store artifacts
 W=$(mktemp -d)
 $B/kart ls dual_gemm_silu_splitk > $OUT/splitk-ls.log 2>&1; cat $OUT/splitk-ls.log
@@ -64,5 +65,11 @@ echo "tune exit $?"; grep -E "^problem|best:|written|real" $OUT/dual-tune.log
 $B/kart export --python -o $W/dual_gemm_kernels.py dual_gemm_silu --all-configs 2>&1 | tail -n 1
 timeout 150 python3 kernels/dual_gemm_silu/bench.py $W/dual_gemm_kernels.py > $OUT/dual-bench.log 2>&1
 echo "bench exit $?"; cat $OUT/dual-bench.log
+# 6. The GPU test of the variant (base and split-K bit for bit), where the GPU test
+#    binary is carried in .gpu/tests (cargo test --release --no-run --test gpu).
+for t in .gpu/tests/gpu-*; do
+  [[ -x $t ]] || continue
+  KART_REQUIRE_GPU=1 timeout 120 $t split_k > $OUT/gpu-test-splitk.log 2>&1; echo "gpu test split_k exit $?"; tail -n 4 $OUT/gpu-test-splitk.log
+done
 cp kart.attest kart.tune $OUT/
 git diff --stat -- kart.attest kart.tune 2>/dev/null || true

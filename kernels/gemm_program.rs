@@ -399,7 +399,12 @@ pub fn main<G: Gemm>() -> Res<()> {
     {
         if !family.iter().any(|k| &k.name == only) {
             let names: Vec<&str> = family.iter().map(|k| k.name.as_str()).collect();
-            return Err(format!("check {only}: not {}", names.join(" or ")).into());
+            return Err(format!(
+                "check {only}: not a kernel of {}'s family; name one of {}",
+                G::KERNEL,
+                names.join(", ")
+            )
+            .into());
         }
         family.retain(|k| &k.name == only);
     }

@@ -58,7 +58,7 @@ echo "determinism exit $?"; tail -n 1 $OUT/splitk-determinism.log
 
 # 4. The tuner over both kernels on the problems with few output tiles (the others keep
 #    their records: they fill the GPU without splitting K).
-( time timeout 300 $B/dual_gemm_silu tune 128x2048x7168 128x4096x7168 256x4096x7168 256x3072x4096 512x768x7168 1536x512x7168 ) > $OUT/dual-tune.log 2>&1
+( time timeout 240 $B/dual_gemm_silu tune 128x2048x7168 128x4096x7168 256x4096x7168 256x3072x4096 512x768x7168 ) > $OUT/dual-tune.log 2>&1
 echo "tune exit $?"; grep -E "^problem|best:|written|real" $OUT/dual-tune.log
 
 # 5. The benchmark with the records just written (best() chooses between the kernels).
@@ -69,7 +69,7 @@ echo "bench exit $?"; cat $OUT/dual-bench.log
 #    binary is carried in .gpu/tests (cargo test --release --no-run --test gpu).
 for t in .gpu/tests/gpu-*; do
   [[ -x $t ]] || continue
-  KART_REQUIRE_GPU=1 timeout 120 $t split_k > $OUT/gpu-test-splitk.log 2>&1; echo "gpu test split_k exit $?"; tail -n 4 $OUT/gpu-test-splitk.log
+  KART_REQUIRE_GPU=1 timeout 90 $t split_k > $OUT/gpu-test-splitk.log 2>&1; echo "gpu test split_k exit $?"; tail -n 4 $OUT/gpu-test-splitk.log
 done
 cp kart.attest kart.tune $OUT/
 git diff --stat -- kart.attest kart.tune 2>/dev/null || true

@@ -251,14 +251,19 @@ def _multiprocessors(device):
     return count
 
 
-def _geometry(kernel, config, problem, device=0):
-    """(grid, block, shared_mem) from the kernel's [launch] over a config (params and
-    derived params, which win) and a problem. `SMS` is the multiprocessor count of GPU
-    `device` unless the problem names it (persistent kernels size their grid by it)."""
+def _geometry(kernel, config, problem, device=0, name=None):
+    """(grid, block, shared_mem, cluster, pdl) from the kernel's [launch] over a config
+    (params and derived params, which win) and a problem: cluster is None without
+    `cluster`, pdl whether programmatic dependent launch is allowed. `SMS` is the
+    multiprocessor count of GPU `device` unless the problem names it (persistent kernels
+    size their grid by it). `name` (kernel[config].entry) is what errors call it."""
     spec = _LAUNCH.get(kernel)
     if spec is None:
         raise KartError(f"{kernel} declares no [launch] in its kernel.toml: pass grid and block yourself")
-    if "SMS" not in problem and any("SMS" in text for text in [*spec["grid"], *spec["block"], spec["shared_mem"]]):
+    name = name or kernel
+    cluster_texts, pdl_text = spec.get("cluster", []), spec.get("pdl")
+    texts = [*spec["grid"], *spec["block"], spec["shared_mem"], *cluster_texts, pdl_text or ""]
+    if "SMS" not in problem and any("SMS" in text for text in texts):
         problem = {**problem, "SMS": _multiprocessors(device)}
     env = {**problem, **config}
     trees = _parsed.get(kernel)
@@ -267,6 +272,8 @@ def _geometry(kernel, config, problem, device=0):
             [_Parser(t).parse() for t in spec["grid"]],
             [_Parser(t).parse() for t in spec["block"]],
             _Parser(spec["shared_mem"]).parse(),
+            [_Parser(t).parse() for t in cluster_texts],
+            None if pdl_text is None else _Parser(pdl_text).parse(),
         )
 
     def value(tree, what, text, low):
@@ -274,16 +281,24 @@ def _geometry(kernel, config, problem, device=0):
             v = _eval(tree, env)
         except ExprError as e:
             keys = ", ".join(sorted(problem)) or "no keys"
-            raise ExprError(e.kind, f"{kernel}: [launch] {what} = \"{text}\": {e} (the problem has {keys})",
+            raise ExprError(e.kind, f"{name}: [launch] {what} = \"{text}\": {e} (the problem has {keys})",
                             e.at) from None
         if not low <= v <= 0xFFFFFFFF:
-            raise KartError(f"{kernel}: [launch] {what} is {v}, outside what a launch takes")
+            raise KartError(f"{name}: [launch] {what} is {v}, outside what a launch takes")
         return v
 
-    grid = tuple(value(t, f"grid[{i}]", spec["grid"][i], 1) for i, t in enumerate(trees[0]))
-    block = tuple(value(t, f"block[{i}]", spec["block"][i], 1) for i, t in enumerate(trees[1]))
+    def three(what, index):
+        values = tuple(value(t, f"{what}[{i}]", spec[what][i], 1) for i, t in enumerate(trees[index]))
+        return values + (1,) * (3 - len(values))
+
+    grid, block = three("grid", 0), three("block", 1)
     shared = value(trees[2], "shared_mem", spec["shared_mem"], 0)
-    return grid + (1,) * (3 - len(grid)), block + (1,) * (3 - len(block)), shared
+    cluster = three("cluster", 3) if cluster_texts else None
+    if cluster is not None and any(g % c for g, c in zip(grid, cluster)):
+        raise KartError(f"{name}: [launch] grid {grid} is not a whole number of clusters {cluster}: each grid side "
+                        "must be a multiple of the cluster's")
+    pdl = trees[4] is not None and value(trees[4], "pdl", pdl_text, 0) != 0
+    return grid, block, shared, cluster, pdl
 
 
 # --- Resolution: which exported cubin a GPU can run (the same rules as kart's runtime).
@@ -555,6 +570,7 @@ _TORCH_TMA = {"float16": "f16", "bfloat16": "bf16", "float32": "f32", "float64":
               "int64": "i64", "uint8": "u8", "int8": "u8", "float8_e4m3fn": "u8", "float8_e5m2": "u8",
               "int16": "u16", "uint16": "u16", "uint32": "u32", "uint64": "u64"}
 _SWIZZLES = {0: 0, 32: 1, 64: 2, 128: 3}
+_L2_PROMOTIONS = {0: 0, 64: 1, 128: 2, 256: 3}
 
 
 class TensorMap:
@@ -585,13 +601,26 @@ class _LaunchConfig(ctypes.Structure):
 
 
 _CLUSTER_DIMENSION = 4
+_PROGRAMMATIC_STREAM_SERIALIZATION = 6  # its value: an int at the cluster's x
 
 
-def tensor_map(tensor, tile, swizzle=128, dtype=None, shape=None, strides=None):
+def _attributes(cluster, pdl):
+    """The launch attributes of cuLaunchKernelEx: (array pointer, count)."""
+    attrs = []
+    if cluster is not None:
+        attrs.append(_LaunchAttribute(id=_CLUSTER_DIMENSION, x=cluster[0], y=cluster[1], z=cluster[2]))
+    if pdl:
+        attrs.append(_LaunchAttribute(id=_PROGRAMMATIC_STREAM_SERIALIZATION, x=1))
+    array = (_LaunchAttribute * len(attrs))(*attrs)
+    return array, ctypes.cast(array, ctypes.POINTER(_LaunchAttribute)), len(attrs)
+
+
+def tensor_map(tensor, tile, swizzle=128, dtype=None, shape=None, strides=None, l2_promotion=128):
     """A tensor map of `tensor` (a torch tensor, or a raw device pointer with `dtype`,
     `shape` and `strides` in elements) whose TMA copies move boxes of `tile` (one side
     per dimension, outermost first, as the shape) into shared memory with a `swizzle`
-    of 0, 32, 64 or 128 bytes. Out-of-bounds elements read as zero."""
+    of 0, 32, 64 or 128 bytes, promoting `l2_promotion` bytes (0, 64, 128 or 256) into
+    L2 past each copy. Out-of-bounds elements read as zero."""
     if hasattr(tensor, "data_ptr"):
         pointer = tensor.data_ptr()
         dtype = dtype or _TORCH_TMA.get(str(tensor.dtype).rsplit(".", 1)[-1])
@@ -622,6 +651,8 @@ def tensor_map(tensor, tile, swizzle=128, dtype=None, shape=None, strides=None):
         raise ValueError(f"{where}: every tile side must be 1 to 256")
     if swizzle not in _SWIZZLES:
         raise ValueError(f"{where}: swizzle must be 0, 32, 64 or 128 bytes")
+    if l2_promotion not in _L2_PROMOTIONS:
+        raise ValueError(f"{where}: l2_promotion must be 0, 64, 128 or 256 bytes")
     if swizzle and tile[-1] * size > swizzle:
         raise ValueError(f"{where}: the tile's inner side is {tile[-1] * size} bytes, more than the swizzle")
     lib = _cuda()
@@ -632,7 +663,8 @@ def tensor_map(tensor, tile, swizzle=128, dtype=None, shape=None, strides=None):
     ones = (u32 * rank)(*([1] * rank))
     result = TensorMap()
     _check(lib, lib.cuTensorMapEncodeTiled(ctypes.addressof(result.raw), code, rank, pointer, dims, byte_strides,
-                                           boxes, ones, 0, _SWIZZLES[swizzle], 2, 0), f"cuTensorMapEncodeTiled ({where})")
+                                           boxes, ones, 0, _SWIZZLES[swizzle], _L2_PROMOTIONS[l2_promotion], 0),
+           f"cuTensorMapEncodeTiled ({where})")
     result.tensor, result.shape, result.tile = tensor, shape, tile
     return result
 
@@ -926,23 +958,25 @@ class Launcher:
         self._bind(device)
         return self
 
-    def __call__(self, grid, block, *args, shared_mem=0, stream=None, device=0, cluster=None):
+    def __call__(self, grid, block, *args, shared_mem=0, stream=None, device=0, cluster=None, pdl=False):
         """Launch on `grid` x `block` (ints or tuples of up to 3) with `args` (tensors,
         arrays, ints, floats, TensorMaps, bytes for structs), `shared_mem` bytes of
         dynamic shared memory, on `stream` (a CUstream handle or an object with
         `.cuda_stream`/`.ptr`; default: PyTorch's current stream, else the default
-        stream), in thread-block clusters of `cluster` blocks if given (through
-        cuLaunchKernelEx). A tensor or array on another GPU than the launch's is refused
+        stream), in thread-block clusters of `cluster` blocks if given, and allowing
+        programmatic dependent launch if `pdl` (both through cuLaunchKernelEx's launch
+        attributes). A tensor or array on another GPU than the launch's is refused
         before anything reaches the driver."""
-        if cluster is not None:
-            g, b, c = _dims(grid, "grid"), _dims(block, "block"), _dims(cluster, "cluster")
-            if any(gi % ci for gi, ci in zip(g, c)):
+        if cluster is not None or pdl:
+            g, b = _dims(grid, "grid"), _dims(block, "block")
+            c = None if cluster is None else _dims(cluster, "cluster")
+            if c is not None and any(gi % ci for gi, ci in zip(g, c)):
                 raise ValueError(f"{self._name}: grid {g} is not a whole number of clusters {c}")
             lib = _cuda()
             with self._mutex:
                 lib.cuCtxGetCurrent(ctypes.byref(self._ctx))
                 bound = self._bound.get(self._ctx.value) or self._bind_context(device)
-                return self._launch_general(bound, g, b, args, shared_mem, stream, c)
+                return self._launch_general(bound, g, b, args, shared_mem, stream, c, bool(pdl))
         if _driver is None:
             # The first launch in this process: every argument is checked before the
             # driver is even loaded (the general path raises the exact error).
@@ -1010,9 +1044,9 @@ class Launcher:
             _shared_allowed[key] = shared_mem
         bound.shared_allowed = shared_mem
 
-    def _launch_general(self, bound, grid, block, args, shared_mem, stream, cluster=None):
-        """Kinds inferred per call (no signature), tensor maps, structs and clusters,
-        and every exact error message."""
+    def _launch_general(self, bound, grid, block, args, shared_mem, stream, cluster=None, pdl=False):
+        """Kinds inferred per call (no signature), tensor maps, structs, clusters and
+        programmatic dependent launch, and every exact error message."""
         packed = _pack(self._name, self._info, args)
         for i, arg in enumerate(args):
             if _is_array(arg) and _pointer_kind(arg) == 1 and arg.get_device() != bound.ordinal:
@@ -1026,13 +1060,15 @@ class Launcher:
         stream = getattr(stream, "cuda_stream", getattr(stream, "ptr", stream))
         pointers = (ctypes.c_void_p * max(len(packed), 1))(
             *[ctypes.cast(ctypes.byref(p), ctypes.c_void_p) for p in packed])
-        if cluster is not None:
-            attr = _LaunchAttribute(id=_CLUSTER_DIMENSION, x=cluster[0], y=cluster[1], z=cluster[2])
+        if cluster is not None or pdl:
+            array, attrs, count = _attributes(cluster, pdl)
             config = _LaunchConfig((ctypes.c_uint * 3)(*grid), (ctypes.c_uint * 3)(*block), shared_mem,
-                                   stream or None, ctypes.pointer(attr), 1)
+                                   stream or None, attrs, count)
+            what = ", ".join([f"cluster {cluster}"] * (cluster is not None) + ["pdl"] * bool(pdl))
             _check(bound.lib, bound.lib.cuLaunchKernelEx(ctypes.byref(config), bound.function,
                                                          ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
-                   f"cuLaunchKernelEx({self._name}, cluster {cluster})")
+                   f"cuLaunchKernelEx({self._name}, {what})")
+            del array  # alive until the launch returned
             return
         _check(bound.lib, bound.lib.cuLaunchKernel(bound.function, *grid, *block, shared_mem, stream or None,
                                                    ctypes.cast(pointers, ctypes.POINTER(ctypes.c_void_p)), None),
@@ -1042,34 +1078,41 @@ class Launcher:
         """(grid, block, shared_mem) that the kernel's [launch] computes for this config
         and a problem of named ints, on GPU 0 (for `SMS`): `problem=dict(B=8, S=512)` as
         `launch` and `best` take it, or the same as keywords (`B=8, S=512`)."""
-        return _geometry(self.kernel, self._env, {**(problem or {}), **named})
+        return _geometry(self.kernel, self._env, {**(problem or {}), **named}, name=self._name)[:3]
+
+    def cluster(self, problem=None, **named):
+        """The thread-block cluster (x, y, z) that the kernel's [launch] computes for
+        this config and a problem, or None when it declares no `cluster`."""
+        return _geometry(self.kernel, self._env, {**(problem or {}), **named}, name=self._name)[3]
 
     def launch(self, *args, problem, stream=None, device=0):
         """Launch with the geometry [launch] computes for `problem` (a dict of named
         ints): no grid, block or shared-memory arithmetic in the caller. With
         [launch.args], `args` are the call's (tensors for the tensor maps kart makes,
-        nothing for the values it computes). The geometry of a repeated problem is a
-        dictionary hit."""
+        nothing for the values it computes). A [launch] `cluster` launches in clusters
+        and `pdl` allows programmatic dependent launch. The geometry of a repeated
+        problem is a dictionary hit."""
         key = (device, *problem.items())
         if self._made is not None:
             args = self._call_args(key, args, problem, device)
         geometry = self._geometry.get(key)
         new = geometry is None
         if new:
-            geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem, device)
-        grid, block, shared = geometry
-        self(grid, block, *args, shared_mem=shared, stream=stream, device=device)
+            geometry = self._geometry[key] = _geometry(self.kernel, self._env, problem, device, self._name)
+        grid, block, shared, cluster, pdl = geometry
+        self(grid, block, *args, shared_mem=shared, stream=stream, device=device, cluster=cluster, pdl=pdl)
         if new and _TRACE_PATH is not None:
             target = _resolve(_device_capability(device), list(self._artifacts))
             _trace_launch(self._artifacts[target], problem, device)
 
     def _plan(self, key, problem, device):
         """Each made parameter with its sizes evaluated for `problem`: ("pass",),
-        ("value", v) or ("map", dtype, shape, tile, swizzle)."""
+        ("value", v) or ("map", dtype, shape, tile, swizzle, l2_promotion)."""
         plan = self._plans.get(key)
         if plan is not None:
             return plan
-        texts = [t for m in self._made if isinstance(m, dict) for t in (m.get("shape", []) + m.get("tile", []))]
+        texts = [t for m in self._made if isinstance(m, dict)
+                 for t in (m.get("shape", []) + m.get("tile", []) + [m.get("swizzle", 0), m.get("l2_promotion", 128)])]
         texts += [m["value"] for m in self._made if isinstance(m, dict) and "value" in m]
         if "SMS" not in problem and any("SMS" in str(t) for t in texts):
             problem = {**problem, "SMS": _multiprocessors(device)}
@@ -1096,7 +1139,15 @@ class Launcher:
                     if any(v < 1 for v in values):
                         raise KartError(f"{self._name}: [launch.args] parameter {i} {what} is {values} for this "
                                         "problem: every size must be positive")
-                plan.append(("map", m["tensormap"], sizes[0], sizes[1], m["swizzle"]))
+                chosen = []
+                for what, legal, default in (("swizzle", _SWIZZLES, 0), ("l2_promotion", _L2_PROMOTIONS, 128)):
+                    text = m.get(what, default)
+                    v = value(text, f"parameter {i} {what}")
+                    if v not in legal:
+                        raise KartError(f"{self._name}: [launch.args] parameter {i} {what} = \"{text}\" is {v}, not a "
+                                        f"legal {what} (one of {', '.join(map(str, legal))} bytes)")
+                    chosen.append(v)
+                plan.append(("map", m["tensormap"], sizes[0], sizes[1], *chosen))
         if len(self._plans) > 256:
             self._plans.clear()
         self._plans[key] = plan
@@ -1118,7 +1169,7 @@ class Launcher:
             if p[0] == "pass":
                 out.append(arg)
                 continue
-            _, dtype, shape, tile, swizzle = p
+            _, dtype, shape, tile, swizzle, l2_promotion = p
             where = f"{self._name}: argument {index} (a tensor map of {dtype} {list(shape)} is made over it)"
             ordinal = None
             if hasattr(arg, "data_ptr"):
@@ -1135,13 +1186,14 @@ class Launcher:
                 if pointer is None:
                     raise TypeError(f"{where} must be a tensor, an array with __cuda_array_interface__ or a device "
                                     f"pointer, not {type(arg).__name__}")
-            map_key = (slot, pointer, ordinal, shape, tile)
+            map_key = (slot, pointer, ordinal, shape, tile, swizzle, l2_promotion)
             made = self._maps.get(map_key)
             if made is None:
                 strides = [1] * len(shape)
                 for d in range(len(shape) - 2, -1, -1):
                     strides[d] = strides[d + 1] * shape[d + 1]
-                made = tensor_map(pointer, tile, swizzle=swizzle, dtype=dtype, shape=shape, strides=strides)
+                made = tensor_map(pointer, tile, swizzle=swizzle, dtype=dtype, shape=shape, strides=strides,
+                                  l2_promotion=l2_promotion)
                 made.device = ordinal
                 if len(self._maps) > 1024:
                     self._maps.clear()

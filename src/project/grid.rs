@@ -476,6 +476,8 @@ mod tests {
             ],
             block: vec![Expr::parse("NUM_WARPS * 32").unwrap()],
             shared_mem: Some(Expr::parse("TILES * 1024").unwrap()),
+            cluster: vec![Expr::parse("TILES").unwrap(), Expr::parse("1").unwrap()],
+            pdl: Some(Expr::parse("B > 1").unwrap()),
             args: BTreeMap::new(),
         };
         let problem: BTreeMap<String, i64> = [
@@ -489,6 +491,23 @@ mod tests {
         assert_eq!(g.grid, (4, 16, 1));
         assert_eq!(g.block, (128, 1, 1));
         assert_eq!(g.shared_bytes, 2048);
+        assert_eq!(g.cluster, Some((2, 1, 1)));
+        assert!(g.pdl);
+        let odd: BTreeMap<String, i64> =
+            [("B".into(), 1), ("H".into(), 8), ("S".into(), 300)].into();
+        let err = spec.geometry(&config, &derived, &odd).unwrap_err();
+        assert_eq!(
+            err,
+            GeometryError::NotWholeClusters {
+                grid: (3, 8, 1),
+                cluster: (2, 1, 1)
+            }
+        );
+        assert!(
+            err.to_string()
+                .contains("grid (3, 8, 1) is not a whole number of clusters (2, 1, 1)"),
+            "{err}"
+        );
         let empty = BTreeMap::<String, i64>::new();
         let err = spec.geometry(&config, &derived, &empty).unwrap_err();
         assert!(err.to_string().contains("unknown name `S`"), "{err}");

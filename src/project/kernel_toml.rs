@@ -96,6 +96,7 @@ pub(super) fn load_kernel(
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
     let configs = check_grid(&file, &raw, &kernel)?;
+    crate::project::launch_toml::check_configs(&file, &raw, &kernel, &configs)?;
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
     kernel.default = default_config(&file, &raw, &kernel, &configs)?;
     kernel.kept = configs.into();

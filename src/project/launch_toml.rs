@@ -1,11 +1,13 @@
-//! `[launch]` and `[launch.args]` of a `kernel.toml`: grid, block and shared memory as
-//! expressions, and how kart makes each argument of a call.
+//! `[launch]` and `[launch.args]` of a `kernel.toml`: grid, block, shared memory,
+//! cluster and launch attributes as expressions, and how kart makes each argument of a
+//! call.
 
 use std::collections::{BTreeMap, BTreeSet};
 
 use kart_runtime::error::Result;
-use kart_runtime::expr::Expr;
+use kart_runtime::expr::{Expr, Layered};
 use kart_runtime::launch::LaunchSpec;
+use kart_runtime::model::Config;
 use kart_runtime::text::SourceFile;
 use toml::Spanned;
 
@@ -13,9 +15,9 @@ use crate::project::grid_toml::expression;
 use crate::project::kernel::Kernel;
 use crate::project::raw::{ManifestChecks, RawKernel};
 
-/// `[launch]`: 1 to 3 grid and block expressions, optional shared memory, and
-/// `[launch.args]`, each name a param, a derived param, `SMS` or a problem key (of
-/// `[tune]`, or of `problem = [...]`).
+/// `[launch]`: 1 to 3 grid and block expressions, optional shared memory, an optional
+/// cluster (1 to 3) and `pdl`, and `[launch.args]`, each name a param, a derived
+/// param, `SMS` or a problem key (of `[tune]`, or of `problem = [...]`).
 pub(super) fn launch(
     file: &SourceFile<'_>,
     raw: &RawKernel,
@@ -45,9 +47,18 @@ pub(super) fn launch(
             let exprs: Vec<&Expr> = match spec {
                 crate::call::ArgSpec::Pass => Vec::new(),
                 crate::call::ArgSpec::Value(e) => vec![e],
-                crate::call::ArgSpec::TensorMap { shape, tile, .. } => {
-                    shape.iter().chain(tile).collect()
-                }
+                crate::call::ArgSpec::TensorMap {
+                    shape,
+                    tile,
+                    swizzle,
+                    l2_promotion,
+                    ..
+                } => shape
+                    .iter()
+                    .chain(tile)
+                    .chain(std::iter::once(swizzle))
+                    .chain(l2_promotion)
+                    .collect(),
             };
             for e in exprs {
                 check_names(file, e, slot.span(), false, &known)?;
@@ -67,6 +78,43 @@ pub(super) fn launch(
         }
         Ok(exprs)
     };
+    let cluster = match &l.cluster {
+        None => Vec::new(),
+        Some(v) => {
+            if v.get_ref().is_empty() || v.get_ref().len() > 3 {
+                return Err(file.error(
+                    v.span(),
+                    "[launch] cluster takes 1 to 3 expressions (x, y, z)",
+                    "for example cluster = [\"CLUSTER\", 1, 1]: blocks per cluster in x, y and z",
+                ));
+            }
+            hopper_only(file, kernel, v.span(), "cluster", "thread-block clusters")?;
+            v.get_ref()
+                .iter()
+                .enumerate()
+                .map(|(i, slot)| number(file, slot, &format!("[launch] cluster[{i}]"), &known))
+                .collect::<Result<Vec<_>>>()?
+        }
+    };
+    let pdl = match &l.pdl {
+        None => None,
+        Some(v) if matches!(v.get_ref(), toml::Value::Boolean(false)) => None,
+        Some(v) => {
+            hopper_only(
+                file,
+                kernel,
+                v.span(),
+                "pdl",
+                "programmatic dependent launch",
+            )?;
+            match v.get_ref() {
+                toml::Value::Boolean(_) => Some(Expr::parse("1").map_err(|e| {
+                    file.error(v.span(), format!("[launch] pdl: {}", e.message), "")
+                })?),
+                _ => Some(number(file, v, "[launch] pdl", &known)?),
+            }
+        }
+    };
     Ok(Some(LaunchSpec {
         grid: list(&l.grid, "grid")?,
         block: list(&l.block, "block")?,
@@ -75,8 +123,187 @@ pub(super) fn launch(
             .as_ref()
             .map(|t| checked(t, "[launch] shared_mem"))
             .transpose()?,
+        cluster,
+        pdl,
         args,
     }))
+}
+
+/// Refuses `key` of `[launch]` when a target of the kernel is older than sm_90, where
+/// `feature` does not exist.
+fn hopper_only(
+    file: &SourceFile<'_>,
+    kernel: &Kernel,
+    span: std::ops::Range<usize>,
+    key: &str,
+    feature: &str,
+) -> Result<()> {
+    match kernel.targets.iter().find(|t| t.major < 9) {
+        None => Ok(()),
+        Some(t) => Err(file.error(
+            span,
+            format!(
+                "[launch] {key}: {feature} need compute capability 9.0 or later, but `targets` lists {t}"
+            ),
+            format!(
+                "remove {t} from `targets`, or give the {t} build its own kernel without `{key}` (a `variant_of` of this one)"
+            ),
+        )),
+    }
+}
+
+/// An integer or an expression (a string) of `[launch]`, its names checked.
+fn number(
+    file: &SourceFile<'_>,
+    value: &Spanned<toml::Value>,
+    what: &str,
+    known: &BTreeSet<String>,
+) -> Result<Expr> {
+    match value.get_ref() {
+        toml::Value::String(t) => {
+            let text = Spanned::new(value.span(), t.clone());
+            let e = expression(file, &text, what)?;
+            check_names(file, &e, value.span(), true, known)?;
+            Ok(e)
+        }
+        toml::Value::Integer(i) => Expr::parse(&i.to_string())
+            .map_err(|e| file.error(value.span(), format!("{what}: {}", e.message), "")),
+        other => Err(file.error(
+            value.span(),
+            format!("{what} must be an expression (a string) or an integer, not `{other}`"),
+            "for example \"CLUSTER\" or 2",
+        )),
+    }
+}
+
+/// Evaluates, for every config of the grid, each number of `[launch]` and
+/// `[launch.args]` whose legal values are known before a launch (cluster sides, `pdl`,
+/// a tensor map's `swizzle` and `l2_promotion`) and names only params and derived
+/// params: an illegal value is an error at its line naming the config, not a failed
+/// launch.
+pub(super) fn check_configs(
+    file: &SourceFile<'_>,
+    raw: &RawKernel,
+    kernel: &Kernel,
+    configs: &[Config],
+) -> Result<()> {
+    use crate::call::{ArgSpec, L2_PROMOTIONS, SWIZZLES};
+    let (Some(l), Some(spec)) = (&raw.launch, &kernel.launch) else {
+        return Ok(());
+    };
+    struct Check<'a> {
+        expr: &'a Expr,
+        span: std::ops::Range<usize>,
+        what: String,
+        legal: Option<&'static [i64]>,
+        min: i64,
+    }
+    let mut checks = Vec::new();
+    if let Some(v) = &l.cluster {
+        for (i, (e, slot)) in spec.cluster.iter().zip(v.get_ref()).enumerate() {
+            checks.push(Check {
+                expr: e,
+                span: slot.span(),
+                what: format!("[launch] cluster[{i}]"),
+                legal: None,
+                min: 1,
+            });
+        }
+    }
+    if let (Some(e), Some(v)) = (&spec.pdl, &l.pdl) {
+        checks.push(Check {
+            expr: e,
+            span: v.span(),
+            what: "[launch] pdl".into(),
+            legal: None,
+            min: 0,
+        });
+    }
+    for (entry, specs) in &spec.args {
+        let Some((_, slots)) = l.args.iter().find(|(k, _)| k.get_ref() == entry) else {
+            continue;
+        };
+        for (i, (a, slot)) in specs.iter().zip(slots.get_ref()).enumerate() {
+            if let ArgSpec::TensorMap {
+                swizzle,
+                l2_promotion,
+                ..
+            } = a
+            {
+                checks.push(Check {
+                    expr: swizzle,
+                    span: slot.span(),
+                    what: format!("[launch.args] {entry} parameter {i} swizzle"),
+                    legal: Some(&SWIZZLES),
+                    min: 0,
+                });
+                if let Some(e) = l2_promotion {
+                    checks.push(Check {
+                        expr: e,
+                        span: slot.span(),
+                        what: format!("[launch.args] {entry} parameter {i} l2_promotion"),
+                        legal: Some(&L2_PROMOTIONS),
+                        min: 0,
+                    });
+                }
+            }
+        }
+    }
+    let config_names = |e: &Expr| {
+        e.names().iter().all(|(n, _)| {
+            kernel.params.contains_key(*n) || kernel.derived.iter().any(|d| d.name == *n)
+        })
+    };
+    checks.retain(|c| config_names(c.expr));
+    if checks.is_empty() {
+        return Ok(());
+    }
+    for config in configs {
+        let derived = kernel.derived_or_error(config)?;
+        let env = Layered(config, &derived);
+        for c in &checks {
+            let on = if c.expr.names().is_empty() {
+                String::new()
+            } else {
+                format!(" for config {config}")
+            };
+            let value = c.expr.evaluate(&env).map_err(|e| {
+                file.error(
+                    c.span.clone(),
+                    format!(
+                        "kernel `{}`: {} = \"{}\"{on}: {e}",
+                        kernel.name, c.what, c.expr.text
+                    ),
+                    "guard the expression, or add a `require` rule that removes such configs",
+                )
+            })?;
+            let bad = match c.legal {
+                Some(legal) => (!legal.contains(&value)).then(|| {
+                    format!(
+                        "not a legal value (one of {} bytes)",
+                        legal
+                            .iter()
+                            .map(i64::to_string)
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                }),
+                None => (value < c.min || value > i64::from(u32::MAX))
+                    .then(|| format!("outside {} to 2^32 - 1", c.min)),
+            };
+            if let Some(why) = bad {
+                return Err(file.error(
+                    c.span.clone(),
+                    format!(
+                        "kernel `{}`: {} = \"{}\" is {value}{on}, {why}",
+                        kernel.name, c.what, c.expr.text
+                    ),
+                    "make the expression give a legal value for every config, or add a `require` rule that removes such configs",
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The names a `[launch]` expression may use: params, derived params, `SMS` (the GPU's
@@ -145,7 +372,7 @@ fn check_names(
     Ok(())
 }
 
-const ARGS_HINT: &str = "each parameter is \"pass\" (the caller's argument), { value = \"EXPR\" } (an integer kart computes), or { tensormap = \"f16\", shape = [...], tile = [...], swizzle = 128 } (a tensor map kart makes over the caller's pointer)";
+const ARGS_HINT: &str = "each parameter is \"pass\" (the caller's argument), { value = \"EXPR\" } (an integer kart computes), or { tensormap = \"f16\", shape = [...], tile = [...], swizzle = 128 } (a tensor map kart makes over the caller's pointer; swizzle and l2_promotion take bytes or an expression)";
 
 /// One entry's `[launch.args]`: a slot per parameter of its declared signature.
 fn launch_args(
@@ -209,7 +436,14 @@ fn launch_args(
         let spec = match slot.get_ref() {
             toml::Value::String(w) if w == "pass" => ArgSpec::Pass,
             toml::Value::Table(t) => {
-                let known = ["value", "tensormap", "shape", "tile", "swizzle"];
+                let known = [
+                    "value",
+                    "tensormap",
+                    "shape",
+                    "tile",
+                    "swizzle",
+                    "l2_promotion",
+                ];
                 if let Some(k) = t.keys().find(|k| !known.contains(&k.as_str())) {
                     return Err(bad(format!("unknown key `{k}`")));
                 }
@@ -247,16 +481,29 @@ fn launch_args(
                         if shape.len() != tile.len() {
                             return Err(bad("`shape` and `tile` need one size per dimension".into()));
                         }
-                        let swizzle = match t.get("swizzle") {
-                            None => 0,
-                            Some(toml::Value::Integer(b)) if [0, 32, 64, 128].contains(b) => *b as u32,
-                            Some(_) => return Err(bad("`swizzle` must be 0, 32, 64 or 128 (bytes)".into())),
+                        // An integer must be legal as written; an expression is checked
+                        // per config (names of the config only) or per launch.
+                        let bytes = |what: &str, legal: &[i64], default: i64| -> Result<Expr> {
+                            match t.get(what) {
+                                None => expr_at(slot, &format!("{at} {what}"), &toml::Value::Integer(default)),
+                                Some(toml::Value::Integer(b)) if !legal.contains(b) => Err(bad(format!(
+                                    "`{what}` is {b}, not one of {} (bytes)",
+                                    legal.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+                                ))),
+                                Some(v) => expr_at(slot, &format!("{at} {what}"), v),
+                            }
+                        };
+                        let swizzle = bytes("swizzle", &crate::call::SWIZZLES, 0)?;
+                        let l2_promotion = match t.get("l2_promotion") {
+                            None => None,
+                            Some(_) => Some(bytes("l2_promotion", &crate::call::L2_PROMOTIONS, 128)?),
                         };
                         ArgSpec::TensorMap {
                             dtype: dtype.clone(),
                             shape,
                             tile,
                             swizzle,
+                            l2_promotion,
                         }
                     }
                     _ => return Err(bad("a table holds either `value` alone or `tensormap` with `shape`, `tile` and `swizzle`".into())),

@@ -190,6 +190,10 @@ pub(super) struct RawLaunch {
     pub(super) grid: Spanned<Vec<Spanned<String>>>,
     pub(super) block: Spanned<Vec<Spanned<String>>>,
     pub(super) shared_mem: Option<Spanned<String>>,
+    /// Thread-block cluster: 1 to 3 expressions or integers.
+    pub(super) cluster: Option<Spanned<Vec<Spanned<toml::Value>>>>,
+    /// Programmatic dependent launch: a bool, an integer or an expression.
+    pub(super) pdl: Option<Spanned<toml::Value>>,
     #[serde(default)]
     pub(super) args: BTreeMap<Spanned<String>, Spanned<Vec<Spanned<toml::Value>>>>,
     /// The problem's keys, for a kernel without `[tune]` (whose keys they are).

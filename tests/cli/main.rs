@@ -6,6 +6,7 @@
 
 mod bounds;
 mod build;
+mod clusters;
 mod commands;
 mod executor;
 mod fleet;

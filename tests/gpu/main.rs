@@ -8,6 +8,7 @@
 //! fixture, the table of tests (their names are what `test NAME ... ok` prints) and the
 //! runner.
 
+mod clusters;
 mod deploy;
 mod dual_gemm;
 mod hopper;
@@ -198,6 +199,10 @@ const TESTS: &[Test] = &[
         python::python_repository_cute_gemm,
     ),
     ("python_two_devices", python::python_two_devices),
+    (
+        "cluster_and_pdl_launches_from_launch_rules",
+        clusters::cluster_and_pdl_launches_from_launch_rules,
+    ),
 ];
 
 /// A test's way of saying it cannot run on this machine (not a pass, not a failure):

@@ -11,7 +11,7 @@
 //! ```toml
 //! [launch.args]
 //! kart_flash_attn_fwd = [
-//!   { tensormap = "f16", shape = ["B * H", "S", "HEAD_DIM"], tile = [1, 64, 64], swizzle = 128 },
+//!   { tensormap = "f16", shape = ["B * H", "S", "HEAD_DIM"], tile = [1, "BLOCK_N", 64], swizzle = "SWIZZLE" },
 //!   "pass",                   # the caller's next argument, as the signature says
 //!   { value = "B * H" },      # an integer of the problem and config; the caller passes nothing
 //! ]
@@ -40,9 +40,45 @@ pub enum ArgSpec {
         /// The box one TMA copy moves, outermost first.
         tile: Vec<Expr>,
         /// The shared-memory swizzle in bytes: 0, 32, 64 or 128.
-        swizzle: u32,
+        swizzle: Expr,
+        /// How far the L2 cache is filled past each copy, in bytes: 0, 64, 128 or 256
+        /// (128 when absent).
+        l2_promotion: Option<Expr>,
     },
 }
+
+/// A number of `[launch.args]` as text: an integer as written, or an expression.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum NumText {
+    /// `128`.
+    Int(i64),
+    /// `"SWIZZLE"`, `"min(BK * 2, 128)"`.
+    Expr(String),
+}
+
+impl NumText {
+    /// An expression's text, as an integer when it is one.
+    pub fn of(e: &Expr) -> NumText {
+        match e.text.trim().parse::<i64>() {
+            Ok(v) if v.to_string() == e.text.trim() => NumText::Int(v),
+            _ => NumText::Expr(e.text.clone()),
+        }
+    }
+
+    /// Its expression.
+    pub fn parse(&self) -> Result<Expr, ExprError> {
+        match self {
+            NumText::Int(v) => Expr::parse(&v.to_string()),
+            NumText::Expr(t) => Expr::parse(t),
+        }
+    }
+}
+
+/// The legal swizzles, in bytes.
+pub const SWIZZLES: [i64; 4] = [0, 32, 64, 128];
+/// The legal L2 promotions, in bytes.
+pub const L2_PROMOTIONS: [i64; 4] = [0, 64, 128, 256];
 
 /// [`ArgSpec`] as text, as the lock and the exported module carry it.
 #[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, Deserialize)]
@@ -63,8 +99,11 @@ pub enum ArgText {
         shape: Vec<String>,
         /// Tile expressions.
         tile: Vec<String>,
-        /// Swizzle bytes.
-        swizzle: u32,
+        /// Swizzle bytes: an integer or an expression.
+        swizzle: NumText,
+        /// L2 promotion bytes, when declared.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        l2_promotion: Option<NumText>,
     },
 }
 
@@ -81,11 +120,13 @@ impl ArgSpec {
                 shape,
                 tile,
                 swizzle,
+                l2_promotion,
             } => ArgText::TensorMap {
                 tensormap: dtype.clone(),
                 shape: shape.iter().map(|e| e.text.clone()).collect(),
                 tile: tile.iter().map(|e| e.text.clone()).collect(),
-                swizzle: *swizzle,
+                swizzle: NumText::of(swizzle),
+                l2_promotion: l2_promotion.as_ref().map(NumText::of),
             },
         }
     }
@@ -103,11 +144,13 @@ impl ArgSpec {
                 shape,
                 tile,
                 swizzle,
+                l2_promotion,
             } => ArgSpec::TensorMap {
                 dtype: tensormap.clone(),
                 shape: parse(shape)?,
                 tile: parse(tile)?,
-                swizzle: *swizzle,
+                swizzle: swizzle.parse()?,
+                l2_promotion: l2_promotion.as_ref().map(NumText::parse).transpose()?,
             },
         })
     }
@@ -155,8 +198,10 @@ pub enum MadeArg {
         strides: Vec<u64>,
         /// Box, outermost first.
         tile: Vec<u32>,
-        /// Swizzle bytes.
+        /// Swizzle bytes: 0, 32, 64 or 128.
         swizzle: u32,
+        /// L2 promotion bytes: 0, 64, 128 or 256.
+        l2_promotion: u32,
     },
 }
 
@@ -209,7 +254,23 @@ pub fn make_args<E: Env + ?Sized>(
                 shape,
                 tile,
                 swizzle,
+                l2_promotion,
             } => {
+                let one_of = |what: &str, e: &Expr, legal: &[i64]| -> Result<u32, CallError> {
+                    let v = eval(format!("parameter {i} {what}"), e)?;
+                    legal.contains(&v).then_some(v as u32).ok_or_else(|| {
+                        CallError(format!(
+                            "[launch.args] {entry} parameter {i} {what} = \"{}\" is {v}, not a legal {what} (one of {} bytes)",
+                            e.text,
+                            legal.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+                        ))
+                    })
+                };
+                let swizzle = one_of("swizzle", swizzle, &SWIZZLES)?;
+                let l2_promotion = match l2_promotion {
+                    Some(e) => one_of("l2_promotion", e, &L2_PROMOTIONS)?,
+                    None => 128,
+                };
                 let positive = |what: &str, list: &[Expr]| -> Result<Vec<u64>, CallError> {
                     list.iter()
                         .enumerate()
@@ -240,7 +301,8 @@ pub fn make_args<E: Env + ?Sized>(
                     shape,
                     strides,
                     tile,
-                    swizzle: *swizzle,
+                    swizzle,
+                    l2_promotion,
                 }
             }
         });
@@ -260,7 +322,8 @@ mod tests {
                 dtype: "f16".into(),
                 shape: vec![e("B * H"), e("S"), e("D")],
                 tile: vec![e("1"), e("BN"), e("64")],
-                swizzle: 128,
+                swizzle: e("SW"),
+                l2_promotion: None,
             },
             ArgSpec::Pass,
             ArgSpec::Value(e("B * H")),
@@ -269,10 +332,17 @@ mod tests {
 
     #[test]
     fn arguments_are_made_from_the_problem_and_config() {
-        let env: BTreeMap<String, i64> = [("B", 2), ("H", 3), ("S", 100), ("D", 64), ("BN", 128)]
-            .into_iter()
-            .map(|(k, v)| (k.to_string(), v))
-            .collect();
+        let env: BTreeMap<String, i64> = [
+            ("B", 2),
+            ("H", 3),
+            ("S", 100),
+            ("D", 64),
+            ("BN", 128),
+            ("SW", 128),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
         let made = make_args("fwd", &spec(), 2, &env).unwrap();
         assert_eq!(
             made,
@@ -284,6 +354,7 @@ mod tests {
                     strides: vec![6400, 64, 1],
                     tile: vec![1, 128, 64],
                     swizzle: 128,
+                    l2_promotion: 128,
                 },
                 MadeArg::Caller(1),
                 MadeArg::Value(6),
@@ -302,6 +373,48 @@ mod tests {
         zero.insert("B".into(), 0);
         let err = make_args("fwd", &spec(), 2, &zero).unwrap_err().0;
         assert!(err.contains("not a positive size"), "{err}");
+        let mut odd = env.clone();
+        odd.insert("SW".into(), 48);
+        let err = make_args("fwd", &spec(), 2, &odd).unwrap_err().0;
+        assert!(
+            err.contains("parameter 0 swizzle = \"SW\" is 48, not a legal swizzle (one of 0, 32, 64, 128 bytes)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn l2_promotion_is_evaluated_and_checked() {
+        let e = |t: &str| Expr::parse(t).unwrap();
+        let spec = |l2: &str| {
+            vec![ArgSpec::TensorMap {
+                dtype: "f32".into(),
+                shape: vec![e("N")],
+                tile: vec![e("32")],
+                swizzle: e("0"),
+                l2_promotion: Some(e(l2)),
+            }]
+        };
+        let env: BTreeMap<String, i64> = [("N".to_string(), 1024), ("L2".to_string(), 256)]
+            .into_iter()
+            .collect();
+        match &make_args("f", &spec("L2"), 1, &env).unwrap()[0] {
+            MadeArg::TensorMap { l2_promotion, .. } => assert_eq!(*l2_promotion, 256),
+            other => panic!("{other:?}"),
+        }
+        let err = make_args("f", &spec("L2 / 2 + 1"), 1, &env).unwrap_err().0;
+        assert!(
+            err.contains("l2_promotion = \"L2 / 2 + 1\" is 129, not a legal l2_promotion (one of 0, 64, 128, 256 bytes)"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn integer_numbers_keep_their_lock_text() {
+        let e = |t: &str| Expr::parse(t).unwrap();
+        assert_eq!(NumText::of(&e("128")), NumText::Int(128));
+        assert_eq!(NumText::of(&e("SW")), NumText::Expr("SW".into()));
+        assert_eq!(NumText::of(&e("2 * 64")), NumText::Expr("2 * 64".into()));
+        assert_eq!(NumText::Int(64).parse().unwrap(), e("64"));
     }
 
     #[test]

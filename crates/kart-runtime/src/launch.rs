@@ -1,5 +1,6 @@
-//! `[launch]`: a kernel's grid, block and dynamic shared memory as expressions over a
-//! config and a problem, as kernel.toml declares them and the lock carries them.
+//! `[launch]`: a kernel's grid, block, dynamic shared memory, thread-block cluster and
+//! launch attributes as expressions over a config and a problem, as kernel.toml
+//! declares them and the lock carries them.
 
 use std::collections::BTreeMap;
 
@@ -18,6 +19,12 @@ pub struct LaunchSpec {
     pub block: Vec<Expr>,
     /// Bytes of dynamic shared memory (0 when absent).
     pub shared_mem: Option<Expr>,
+    /// 1 to 3 expressions: the thread-block cluster in blocks (x, y, z), or none (no
+    /// cluster: an ordinary launch).
+    pub cluster: Vec<Expr>,
+    /// Programmatic dependent launch: the kernel may start while the previous kernel
+    /// of its stream finishes (non-zero: on), when declared.
+    pub pdl: Option<Expr>,
     /// `[launch.args]`: per entry, how kart makes each parameter from the caller's
     /// arguments (entries not named take their parameters as the caller passes them).
     pub args: BTreeMap<String, Vec<crate::call::ArgSpec>>,
@@ -33,6 +40,12 @@ pub struct LaunchText {
     pub block: Vec<String>,
     /// Dynamic shared memory expression (`"0"` when absent).
     pub shared_mem: String,
+    /// Cluster expressions (absent: no cluster).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cluster: Vec<String>,
+    /// Programmatic dependent launch expression (`"1"` for `pdl = true`; absent: off).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pdl: Option<String>,
     /// `[launch.args]`, per entry.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub args: BTreeMap<String, Vec<crate::call::ArgText>>,
@@ -47,6 +60,12 @@ pub struct Geometry {
     pub block: (u32, u32, u32),
     /// Bytes of dynamic shared memory.
     pub shared_bytes: u32,
+    /// Blocks per thread-block cluster in x, y, z, when `[launch]` declares one; the
+    /// grid is a whole number of them.
+    pub cluster: Option<(u32, u32, u32)>,
+    /// Whether the launch allows programmatic dependent launch
+    /// (`CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`).
+    pub pdl: bool,
 }
 
 /// Why geometry could not be computed.
@@ -68,6 +87,13 @@ pub enum GeometryError {
         /// The value.
         value: i64,
     },
+    /// A grid side that is not a multiple of the cluster's.
+    NotWholeClusters {
+        /// The grid in blocks.
+        grid: (u32, u32, u32),
+        /// The cluster in blocks.
+        cluster: (u32, u32, u32),
+    },
 }
 
 impl std::fmt::Display for GeometryError {
@@ -78,7 +104,11 @@ impl std::fmt::Display for GeometryError {
             }
             GeometryError::OutOfRange { field, value } => write!(
                 f,
-                "[launch] {field} is {value}, outside what a launch takes (grid and block at least 1, at most 2^32 - 1)"
+                "[launch] {field} is {value}, outside what a launch takes (grid, block and cluster at least 1, at most 2^32 - 1)"
+            ),
+            GeometryError::NotWholeClusters { grid, cluster } => write!(
+                f,
+                "[launch] grid {grid:?} is not a whole number of clusters {cluster:?}: each grid side must be a multiple of the cluster's"
             ),
         }
     }
@@ -94,6 +124,8 @@ impl LaunchSpec {
                 .shared_mem
                 .as_ref()
                 .map_or_else(|| "0".to_string(), |e| e.text.clone()),
+            cluster: self.cluster.iter().map(|e| e.text.clone()).collect(),
+            pdl: self.pdl.as_ref().map(|e| e.text.clone()),
             args: self
                 .args
                 .iter()
@@ -111,6 +143,8 @@ impl LaunchSpec {
             grid: parse(&text.grid)?,
             block: parse(&text.block)?,
             shared_mem: Some(Expr::parse(&text.shared_mem)?),
+            cluster: parse(&text.cluster)?,
+            pdl: text.pdl.as_deref().map(Expr::parse).transpose()?,
             args: text
                 .args
                 .iter()
@@ -152,13 +186,73 @@ impl LaunchSpec {
             }
             Ok((v[0], v[1], v[2]))
         };
+        let grid = three("grid", &self.grid)?;
+        let cluster = if self.cluster.is_empty() {
+            None
+        } else {
+            Some(three("cluster", &self.cluster)?)
+        };
+        if let Some(c) = cluster
+            && (!grid.0.is_multiple_of(c.0)
+                || !grid.1.is_multiple_of(c.1)
+                || !grid.2.is_multiple_of(c.2))
+        {
+            return Err(GeometryError::NotWholeClusters { grid, cluster: c });
+        }
         Ok(Geometry {
-            grid: three("grid", &self.grid)?,
+            grid,
             block: three("block", &self.block)?,
             shared_bytes: match &self.shared_mem {
                 Some(e) => eval("shared_mem".into(), e, 0)?,
                 None => 0,
             },
+            cluster,
+            pdl: match &self.pdl {
+                Some(e) => eval("pdl".into(), e, 0)? != 0,
+                None => false,
+            },
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cluster_and_pdl_travel_as_text_and_are_absent_when_unused() {
+        let plain = LaunchText {
+            grid: vec!["cdiv(N, 128)".into()],
+            block: vec!["128".into()],
+            shared_mem: "0".into(),
+            ..Default::default()
+        };
+        let text = toml::to_string(&plain).unwrap();
+        assert!(!text.contains("cluster") && !text.contains("pdl"), "{text}");
+        let clustered = LaunchText {
+            cluster: vec!["CLUSTER".into(), "1".into()],
+            pdl: Some("1".into()),
+            ..plain.clone()
+        };
+        let text = toml::to_string(&clustered).unwrap();
+        let back: LaunchText = toml::from_str(&text).unwrap();
+        assert_eq!(back, clustered);
+        let spec = LaunchSpec::from_text(&back).unwrap();
+        assert_eq!(spec.text(), clustered);
+        let config = Config([("CLUSTER".to_string(), crate::model::ParamValue::Int(4))].into());
+        let problem: BTreeMap<String, i64> = [("N".to_string(), 1024)].into();
+        let g = spec.geometry(&config, &BTreeMap::new(), &problem).unwrap();
+        assert_eq!(
+            (g.grid, g.cluster, g.pdl),
+            ((8, 1, 1), Some((4, 1, 1)), true)
+        );
+        let small: BTreeMap<String, i64> = [("N".to_string(), 128)].into();
+        let err = spec
+            .geometry(&config, &BTreeMap::new(), &small)
+            .unwrap_err();
+        assert_eq!(
+            err.to_string(),
+            "[launch] grid (1, 1, 1) is not a whole number of clusters (4, 1, 1): each grid side must be a multiple of the cluster's"
+        );
     }
 }

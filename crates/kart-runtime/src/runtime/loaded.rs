@@ -47,12 +47,21 @@ pub struct LoadedArtifact {
     pub capability: Capability,
     /// The problems it was traced with ([`crate::trace`]).
     pub(super) traced: crate::trace::Seen,
-    /// Tensor maps `[launch.args]` made, by (parameter, pointer, shape, tile): a
-    /// repeated launch on the same tensors encodes nothing.
+    /// Tensor maps `[launch.args]` made, by (parameter, pointer, shape, tile, swizzle,
+    /// L2 promotion): a repeated launch on the same tensors encodes nothing.
     pub(super) made_maps: std::sync::Mutex<HashMap<MapKey, tma::TensorMap>>,
 }
 
-pub(super) type MapKey = (usize, u64, Vec<u64>, Vec<u32>);
+pub(super) type MapKey = (usize, u64, Vec<u64>, Vec<u32>, u32, u32);
+
+/// The launch attributes of one launch, set through `cuLaunchKernelEx`.
+#[derive(Clone, Copy, Debug, Default)]
+struct Attributes {
+    /// `CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION`.
+    cluster: Option<(u32, u32, u32)>,
+    /// `CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION`.
+    pdl: bool,
+}
 
 /// Names `[launch]` sees beside the config and the problem (which wins): `SMS`.
 struct LaunchBuiltins {
@@ -95,6 +104,19 @@ impl LoadedArtifact {
     /// multiprocessor count unless the problem names it (persistent kernels size their
     /// grid by it).
     pub fn dims(&self, problem: &crate::model::Problem) -> Result<LaunchDims> {
+        let g = self.geometry(problem)?;
+        Ok(LaunchDims {
+            grid: g.grid,
+            block: g.block,
+            shared_bytes: g.shared_bytes,
+        })
+    }
+
+    /// Everything the kernel's `[launch]` computes for this config and `problem`: the
+    /// [`dims`](Self::dims), its thread-block cluster and whether it allows
+    /// programmatic dependent launch. A grid that is not a whole number of clusters is
+    /// an error.
+    pub fn geometry(&self, problem: &crate::model::Problem) -> Result<crate::launch::Geometry> {
         let Some(spec) = &self.launch else {
             return Err(Error::usage(
                 format!(
@@ -104,31 +126,30 @@ impl LoadedArtifact {
                 Some("add a [launch] table (grid, block, shared_mem), rebuild kart.lock, or pass LaunchDims to `launch`".into()),
             ));
         };
-        let g = spec
-            .geometry(
-                &self.artifact.config,
-                &self.artifact.derived,
-                &Layered(problem, &LaunchBuiltins { multiprocessors: self.multiprocessors }),
-            )
-            .map_err(|e| {
-                let keys: Vec<&str> = problem.keys().map(String::as_str).collect();
-                Error::usage(
-                    format!("{}: {e}", self.artifact.describe()),
-                    Some(format!(
-                        "the problem has {}; [launch] may use the config's params, derived params and the problem's keys",
-                        if keys.is_empty() { "no keys".to_string() } else { keys.join(", ") }
-                    )),
-                )
-            })?;
-        Ok(LaunchDims {
-            grid: g.grid,
-            block: g.block,
-            shared_bytes: g.shared_bytes,
+        spec.geometry(
+            &self.artifact.config,
+            &self.artifact.derived,
+            &Layered(problem, &LaunchBuiltins { multiprocessors: self.multiprocessors }),
+        )
+        .map_err(|e| {
+            let keys: Vec<&str> = problem.keys().map(String::as_str).collect();
+            let hint = match e {
+                crate::launch::GeometryError::NotWholeClusters { .. } => {
+                    "make [launch] grid a multiple of [launch] cluster for every problem (for example grid = [\"cdiv(N, BLOCK * CLUSTER) * CLUSTER\"])".to_string()
+                }
+                _ => format!(
+                    "the problem has {}; [launch] may use the config's params, derived params and the problem's keys",
+                    if keys.is_empty() { "no keys".to_string() } else { keys.join(", ") }
+                ),
+            };
+            Error::usage(format!("{}: {e}", self.artifact.describe()), Some(hint))
         })
     }
 
     /// Launches `entry` with the geometry `[launch]` computes for `problem`: the caller
-    /// passes arguments and the problem, no launch arithmetic.
+    /// passes arguments and the problem, no launch arithmetic. A `[launch] cluster`
+    /// launches in thread-block clusters and `pdl` allows programmatic dependent
+    /// launch, both through `cuLaunchKernelEx`.
     pub fn launch_problem(
         &self,
         entry: &str,
@@ -136,12 +157,21 @@ impl LoadedArtifact {
         stream: &CudaStream,
         args: &[KernelArg],
     ) -> Result<()> {
-        let dims = self.dims(problem)?;
+        let g = self.geometry(problem)?;
+        let dims = LaunchDims {
+            grid: g.grid,
+            block: g.block,
+            shared_bytes: g.shared_bytes,
+        };
+        let attrs = Attributes {
+            cluster: g.cluster,
+            pdl: g.pdl,
+        };
         match self.launch.as_ref().and_then(|l| l.args.get(entry)) {
-            None => self.launch_inner(entry, dims, None, stream, args, Some(problem)),
+            None => self.launch_inner(entry, dims, attrs, stream, args, Some(problem)),
             Some(spec) => {
                 let made = self.call_args(entry, spec, problem, args)?;
-                self.launch_inner(entry, dims, None, stream, &made, Some(problem))
+                self.launch_inner(entry, dims, attrs, stream, &made, Some(problem))
             }
         }
     }
@@ -198,6 +228,7 @@ impl LoadedArtifact {
                     strides,
                     tile,
                     swizzle,
+                    l2_promotion,
                     ..
                 } => {
                     let KernelArg::Ptr(ptr) = args[caller] else {
@@ -210,7 +241,7 @@ impl LoadedArtifact {
                             None,
                         ));
                     };
-                    let key: MapKey = (i, ptr, shape, tile);
+                    let key: MapKey = (i, ptr, shape, tile, swizzle, l2_promotion);
                     if let Ok(made) = self.made_maps.lock()
                         && let Some(map) = made.get(&key)
                     {
@@ -219,8 +250,13 @@ impl LoadedArtifact {
                     let dtype = tma::TmaType::from_name(&dtype).ok_or_else(|| {
                         Error::usage(format!("{}: unknown tensor map type `{dtype}`", what()), None)
                     })?;
+                    // make_args checked both against the legal values.
                     let swizzle = tma::Swizzle::from_bytes(swizzle).unwrap_or(tma::Swizzle::None);
-                    let map = tma::TensorMap::tiled(dtype, ptr, &key.2, &strides, &key.3, swizzle)?;
+                    let l2 = tma::L2Promotion::from_bytes(l2_promotion)
+                        .unwrap_or(tma::L2Promotion::B128);
+                    let map = tma::TensorMap::tiled_with(
+                        dtype, ptr, &key.2, &strides, &key.3, swizzle, l2,
+                    )?;
                     if let Ok(mut made) = self.made_maps.lock() {
                         if made.len() >= 1024 {
                             made.clear();
@@ -245,7 +281,7 @@ impl LoadedArtifact {
         stream: &CudaStream,
         args: &[KernelArg],
     ) -> Result<()> {
-        self.launch_inner(entry, dims, None, stream, args, None)
+        self.launch_inner(entry, dims, Attributes::default(), stream, args, None)
     }
 
     /// [`launch`](Self::launch) with thread-block clusters of `cluster` blocks (x, y,
@@ -274,14 +310,18 @@ impl LoadedArtifact {
                 Some("make each grid side a multiple of the cluster's".into()),
             ));
         }
-        self.launch_inner(entry, dims, Some(cluster), stream, args, None)
+        let attrs = Attributes {
+            cluster: Some(cluster),
+            pdl: false,
+        };
+        self.launch_inner(entry, dims, attrs, stream, args, None)
     }
 
     fn launch_inner(
         &self,
         entry: &str,
         dims: LaunchDims,
-        cluster: Option<(u32, u32, u32)>,
+        attrs: Attributes,
         stream: &CudaStream,
         args: &[KernelArg],
         problem: Option<&crate::model::Problem>,
@@ -330,14 +370,26 @@ impl LoadedArtifact {
             .context()
             .bind_to_thread()
             .map_err(driver_err("cuCtxSetCurrent"))?;
-        if let Some((x, y, z)) = cluster {
-            // SAFETY: an all-zero launch attribute is valid; the cluster dimension is
-            // the union member its id selects.
-            let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
-            attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
-            attr.value.clusterDim.x = x;
-            attr.value.clusterDim.y = y;
-            attr.value.clusterDim.z = z;
+        if attrs.cluster.is_some() || attrs.pdl {
+            // SAFETY: an all-zero launch attribute is valid; each value is the union
+            // member its id selects.
+            let mut list: [sys::CUlaunchAttribute; 2] = unsafe { std::mem::zeroed() };
+            let mut count = 0;
+            if let Some((x, y, z)) = attrs.cluster {
+                let attr = &mut list[count];
+                attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_CLUSTER_DIMENSION;
+                attr.value.clusterDim.x = x;
+                attr.value.clusterDim.y = y;
+                attr.value.clusterDim.z = z;
+                count += 1;
+            }
+            if attrs.pdl {
+                let attr = &mut list[count];
+                attr.id =
+                    sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+                attr.value.programmaticStreamSerializationAllowed = 1;
+                count += 1;
+            }
             let config = sys::CUlaunchConfig {
                 gridDimX: dims.grid.0,
                 gridDimY: dims.grid.1,
@@ -347,10 +399,10 @@ impl LoadedArtifact {
                 blockDimZ: dims.block.2,
                 sharedMemBytes: dims.shared_bytes,
                 hStream: stream.cu_stream(),
-                attrs: &mut attr,
-                numAttrs: 1,
+                attrs: list.as_mut_ptr(),
+                numAttrs: count as u32,
             };
-            // SAFETY: as for cuLaunchKernel below; `config` and `attr` outlive the call.
+            // SAFETY: as for cuLaunchKernel below; `config` and `list` outlive the call.
             return unsafe {
                 sys::cuLaunchKernelEx(
                     &config,

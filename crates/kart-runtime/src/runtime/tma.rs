@@ -128,6 +128,42 @@ impl Swizzle {
     }
 }
 
+/// How far the L2 cache is filled past what each TMA copy reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L2Promotion {
+    /// No promotion.
+    None,
+    /// 64 bytes.
+    B64,
+    /// 128 bytes (what [`TensorMap::tiled`] uses).
+    B128,
+    /// 256 bytes.
+    B256,
+}
+
+impl L2Promotion {
+    /// From bytes: 0, 64, 128 or 256.
+    pub fn from_bytes(bytes: u32) -> Option<L2Promotion> {
+        match bytes {
+            0 => Some(L2Promotion::None),
+            64 => Some(L2Promotion::B64),
+            128 => Some(L2Promotion::B128),
+            256 => Some(L2Promotion::B256),
+            _ => None,
+        }
+    }
+
+    fn driver(self) -> sys::CUtensorMapL2promotion {
+        use sys::CUtensorMapL2promotion as P;
+        match self {
+            L2Promotion::None => P::CU_TENSOR_MAP_L2_PROMOTION_NONE,
+            L2Promotion::B64 => P::CU_TENSOR_MAP_L2_PROMOTION_L2_64B,
+            L2Promotion::B128 => P::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+            L2Promotion::B256 => P::CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        }
+    }
+}
+
 /// A tiled tensor map: 128 opaque bytes, aligned to 64, valid for as long as the memory
 /// it describes.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -138,7 +174,8 @@ impl TensorMap {
     /// Encodes a map of the tensor at device address `ptr` with `shape` and `strides`
     /// (in elements), both outermost first as PyTorch writes them, the innermost stride
     /// being 1; each TMA copy moves a `tile` (outermost first) into shared memory laid
-    /// out by `swizzle`. Out-of-bounds elements read as zero.
+    /// out by `swizzle`. Out-of-bounds elements read as zero. L2 promotion is 128 bytes
+    /// ([`tiled_with`](Self::tiled_with) chooses it).
     pub fn tiled(
         dtype: TmaType,
         ptr: u64,
@@ -146,6 +183,19 @@ impl TensorMap {
         strides: &[u64],
         tile: &[u32],
         swizzle: Swizzle,
+    ) -> Result<TensorMap> {
+        Self::tiled_with(dtype, ptr, shape, strides, tile, swizzle, L2Promotion::B128)
+    }
+
+    /// [`tiled`](Self::tiled) with the L2 promotion chosen.
+    pub fn tiled_with(
+        dtype: TmaType,
+        ptr: u64,
+        shape: &[u64],
+        strides: &[u64],
+        tile: &[u32],
+        swizzle: Swizzle,
+        l2_promotion: L2Promotion,
     ) -> Result<TensorMap> {
         let rank = shape.len();
         let bad = |why: String| {
@@ -204,7 +254,7 @@ impl TensorMap {
                 element_strides.as_ptr(),
                 sys::CUtensorMapInterleave::CU_TENSOR_MAP_INTERLEAVE_NONE,
                 swizzle.driver(),
-                sys::CUtensorMapL2promotion::CU_TENSOR_MAP_L2_PROMOTION_L2_128B,
+                l2_promotion.driver(),
                 sys::CUtensorMapFloatOOBfill::CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,
             )
         }

@@ -434,6 +434,7 @@ mod tests {
                 block: vec!["32".into()],
                 shared_mem: "0".into(),
                 args: BTreeMap::new(),
+                ..Default::default()
             },
         }]);
         let read = |text: &str, kernel: &str, block: i64, kind: ArtifactKind| {

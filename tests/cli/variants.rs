@@ -107,9 +107,10 @@ try:
     raise SystemExit("a GPU no cubin fits was given a launcher")
 except mod.NoCubinForThisGPU as e:
     assert "base, fast" in str(e), e
-# The made parameters, evaluated without a GPU: the caller passes three.
+# The made parameters, evaluated without a GPU (swizzle and L2 promotion last): the
+# caller passes three.
 plan = on_h100._plan(("k",), {"N": 4096, "W": 32}, 0)
-assert plan == [("map", "f32", (128, 32), (64, 32), 128), ("pass",), ("pass",), ("value", 2048)], plan
+assert plan == [("map", "f32", (128, 32), (64, 32), 128, 128), ("pass",), ("pass",), ("value", 2048)], plan
 try:
     on_h100.launch(1, 2, problem={"N": 4096, "W": 32})
     raise SystemExit("a call with two arguments was launched")

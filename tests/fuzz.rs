@@ -287,7 +287,7 @@ fn fuzz_deployment_files() {
     });
     fuzz("problems file", &corpus("problems.toml"), |b| {
         std::fs::write(&path, b).map_err(|_| ())?;
-        kart::deploy::coverage::read_problems(&path, Path::new("problems.toml"))
+        kart::deploy::problems::read_problems(&path, Path::new("problems.toml"))
             .map(|_| Vec::new())
             .map_err(|_| ())
     });

@@ -353,6 +353,14 @@ pub struct BuildArgs {
     /// `require` rule remove, and how many configs remain.
     #[arg(long, conflicts_with_all = ["locked", "shard", "push"])]
     pub explain_grid: bool,
+    /// The problems a workload runs (`[[problem]]` tables): the values of the
+    /// kernels' `[problem_params]`.
+    #[arg(long, value_name = "FILE")]
+    pub problems: Option<PathBuf>,
+    /// The problems a workload met, from its trace (KART_TRACE): the values of the
+    /// kernels' `[problem_params]`, with those of --problems.
+    #[arg(long, value_name = "FILE")]
+    pub trace: Option<PathBuf>,
     /// Compile nothing: check that every action key equals kart.lock's (exit 1 if not).
     #[arg(long, conflicts_with = "shard")]
     pub locked: bool,

@@ -14,7 +14,23 @@ use super::progress::{CliReporter, build_bar};
 use super::remote::{bearer_token, open_remote};
 
 /// `kart build`.
-pub fn run(cli: &Cli, ws: &Workspace, args: &BuildArgs) -> Result<ExitCode> {
+pub fn run(cli: &Cli, ws: &mut Workspace, args: &BuildArgs) -> Result<ExitCode> {
+    // Problem params take their values from the problems (none without a file).
+    let problems =
+        kart::deploy::problems::load(&ws.project, args.problems.as_deref(), args.trace.as_deref())?;
+    let bound = match &problems {
+        Some((problems, from)) => ws.project.bind_problems(Some(problems), from)?,
+        None => {
+            refuse_dropping_problem_configs(ws, args)?;
+            ws.project.bind_problems(None, "")?
+        }
+    };
+    if !cli.quiet {
+        for note in &bound.notes {
+            eprintln!("note: {note}");
+        }
+    }
+    let ws: &Workspace = ws;
     if args.explain_grid {
         return explain_grid(ws, &args.kernels, &args.config.params, args.json);
     }
@@ -286,4 +302,42 @@ fn explain_grid(
         print_json(&reports);
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// A build without problems would drop the lock's configs of kernels with
+/// `[problem_params]` (they have no values without them): refused, so that those configs
+/// leave the lock only when a problems file says so (an empty one drops them all).
+/// `--locked` and `--explain-grid` write nothing and are not refused.
+fn refuse_dropping_problem_configs(ws: &Workspace, args: &BuildArgs) -> Result<()> {
+    if args.locked || args.explain_grid || args.shard.is_some() {
+        return Ok(());
+    }
+    let lock = kart::store::lockfile::Lockfile::read(
+        &kart::store::lockfile::lock_path(&ws.project.root),
+        std::path::Path::new(kart::store::lockfile::LOCK_FILE),
+    )?;
+    let Some(lock) = lock else {
+        return Ok(());
+    };
+    for kernel in ws
+        .project
+        .kernels
+        .iter()
+        .filter(|k| !k.problem_params.is_empty())
+    {
+        let n = lock.of_kernel(&kernel.name).len();
+        if n > 0 {
+            return Err(Error::usage(
+                format!(
+                    "kart.lock has {n} artifact(s) of `{}`, built for problems ([problem_params] in {}); without --problems or --trace this build would drop them",
+                    kernel.name,
+                    kernel.manifest.display()
+                ),
+                Some(
+                    "pass the problems file or trace they were built for again (`kart build --problems FILE`); an empty problems file drops them".into(),
+                ),
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,7 +1,7 @@
 //! `kart coverage` and `kart bundle`: what a fleet of GPUs loads, and one file with
 //! just that.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -9,11 +9,9 @@ use kart::deploy::attest::{ATTEST_FILE, AttestFile};
 use kart::deploy::coverage::{Coverage, CoverageInput, Need};
 use kart::deploy::tune::{TUNE_FILE, TuneFile};
 use kart::error::{Error, Result};
-use kart::model::Problem;
 use kart::project::fleet::{FleetGpu, read_fleet_file};
 use kart::store::lockfile::{LOCK_FILE, Lockfile, lock_path};
 use kart::store::sidecar::Sidecar as _;
-use kart::trace::TraceRecord;
 use kart::workspace::Workspace;
 
 /// The lock and sidecars every fleet command reads.
@@ -59,17 +57,6 @@ fn fleet(
     Ok((gpus, "the GPUs of kart.attest and kart.tune".into()))
 }
 
-fn read_trace(path: &Path) -> Result<Vec<TraceRecord>> {
-    let trace = kart::trace::read(path)?;
-    if trace.is_empty() {
-        return Err(Error::usage(
-            format!("the trace `{}` has no record", path.display()),
-            Some("run the workload with KART_TRACE set to that file first".into()),
-        ));
-    }
-    Ok(trace)
-}
-
 /// What `kart coverage` was asked.
 pub struct CoverageArgs<'a> {
     pub kernels: &'a [String],
@@ -86,17 +73,9 @@ pub fn coverage(ws: &Workspace, args: &CoverageArgs<'_>) -> Result<ExitCode> {
     kart::deploy::coverage::check_kernels(&records.lock, args.kernels)?;
     let (gpus, source) = fleet(ws, args.fleet, &records)?;
     let Records { lock, tune, attest } = records;
-    let mut problems: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
-    if let Some(path) = args.problems {
-        problems = kart::deploy::coverage::read_problems(path, path)?;
-    }
-    if let Some(path) = args.trace {
-        for (kernel, traced) in
-            kart::deploy::coverage::problems_of_trace(&ws.project, &read_trace(path)?)
-        {
-            problems.entry(kernel).or_default().extend(traced);
-        }
-    }
+    let problems = kart::deploy::problems::load(&ws.project, args.problems, args.trace)?
+        .map(|(p, _)| p)
+        .unwrap_or_default();
     let report = kart::deploy::coverage::coverage(&CoverageInput {
         project: &ws.project,
         lock: &lock,
@@ -150,6 +129,7 @@ fn print_coverage(report: &Coverage) {
         "ATTESTED".into(),
     ]];
     let mut notes = Vec::new();
+    let mut unbuilt = Vec::new();
     for r in &report.rows {
         let gpu = format!(
             "{} ({}{})",
@@ -189,6 +169,10 @@ fn print_coverage(report: &Coverage) {
                 p.source
             ));
         }
+        for p in &r.unbuilt {
+            let problem: Vec<String> = p.iter().map(|(k, v)| format!("{k}={v}")).collect();
+            unbuilt.push(format!("  {} on {}: {}", r.kernel, gpu, problem.join(",")));
+        }
         table.push([r.kernel.clone(), gpu, cubin, tuned, attested]);
     }
     let widths: Vec<usize> = (0..5)
@@ -214,6 +198,14 @@ fn print_coverage(report: &Coverage) {
     if !notes.is_empty() {
         println!("problems without a record of their own:");
         for n in notes {
+            println!("{}", kart::untrusted::for_terminal(&n));
+        }
+    }
+    if !unbuilt.is_empty() {
+        println!(
+            "problems with no artifact (build them with `kart build --problems FILE` or `--trace FILE`):"
+        );
+        for n in unbuilt {
             println!("{}", kart::untrusted::for_terminal(&n));
         }
     }
@@ -255,7 +247,7 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
     let mut made_for: Vec<String> = gpus.iter().map(FleetGpu::short).collect();
     let traced = match args.trace {
         Some(path) => {
-            let trace = read_trace(path)?;
+            let trace = kart::deploy::problems::read_trace(path)?;
             made_for.push(format!("the configs of a trace of {} records", trace.len()));
             Some(kart::deploy::bundle::traced_configs(
                 &ws.project,

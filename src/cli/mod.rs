@@ -117,10 +117,10 @@ pub fn run(cli: &Cli) -> Result<ExitCode> {
 }
 
 /// Runs a command that needs the project's store.
-fn run_command(cli: &Cli, workspace: Workspace) -> Result<ExitCode> {
+fn run_command(cli: &Cli, mut workspace: Workspace) -> Result<ExitCode> {
     let ws = &workspace;
     match &cli.command {
-        Command::Build(args) => build::run(cli, ws, args),
+        Command::Build(args) => build::run(cli, &mut workspace, args),
         Command::Ls {
             kernels,
             config,

@@ -40,7 +40,7 @@ pub fn traced_configs(
             }
         }
     }
-    for (base, problems) in crate::deploy::coverage::problems_of_trace(project, trace) {
+    for (base, problems) in crate::deploy::problems::problems_of_trace(project, trace) {
         let Ok(family) = project.family(&base) else {
             continue;
         };

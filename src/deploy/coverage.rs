@@ -13,7 +13,6 @@ use kart_runtime::model::{ArtifactKind, Config, Problem};
 use kart_runtime::resolve::{JitPolicy, cubin_fit, ptx_fit, required_driver_version};
 use kart_runtime::store::lockfile::{LockedArtifact, Lockfile, pick};
 use kart_runtime::target::TargetArch;
-use kart_runtime::trace::TraceRecord;
 
 use crate::deploy::attest::AttestFile;
 use crate::deploy::tune::{Source, TuneFile};
@@ -111,6 +110,10 @@ pub struct CoverageRow {
     pub tune_records: usize,
     /// `best()`'s answer for each listed problem.
     pub problems: Vec<ProblemAnswer>,
+    /// For a kernel with `[problem_params]`: the listed problems no cubin of the lock
+    /// serves on this GPU (no config with the problem's values), to build with
+    /// `kart build --problems FILE` / `--trace FILE`.
+    pub unbuilt: Vec<Problem>,
     /// The blobs this GPU would load.
     pub loadable: usize,
     /// Of those, how many are attested on this GPU.
@@ -198,36 +201,6 @@ pub fn fleet_of_records(attest: &AttestFile, tune: &TuneFile) -> Vec<FleetGpu> {
         );
     }
     by_name.into_values().collect()
-}
-
-/// The problems a trace met, per kernel family base: launches that named a problem
-/// and `best()` answers that fell back.
-pub fn problems_of_trace(
-    project: &Project,
-    trace: &[TraceRecord],
-) -> BTreeMap<String, BTreeSet<Problem>> {
-    let mut out: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
-    for r in trace {
-        let (kernel, problem) = match r {
-            TraceRecord::Launch {
-                kernel,
-                problem: Some(problem),
-                ..
-            } => (kernel, problem),
-            TraceRecord::Fallback {
-                kernel, problem, ..
-            } => (kernel, problem),
-            TraceRecord::Launch { problem: None, .. } => continue,
-        };
-        let base = project
-            .kernels
-            .iter()
-            .find(|k| &k.name == kernel)
-            .and_then(|k| k.variant_of.as_ref().map(|v| v.base.clone()))
-            .unwrap_or_else(|| kernel.clone());
-        out.entry(base).or_default().insert(problem.clone());
-    }
-    out
 }
 
 /// Inputs of [`coverage`].
@@ -342,8 +315,12 @@ fn row(
             });
         }
     }
+    let unbuilt = match project_kernel {
+        Some(k) if !k.problem_params.is_empty() => unbuilt_problems(input, k, configs, gpu),
+        _ => Vec::new(),
+    };
     let mut gaps = Vec::new();
-    if cubins < configs.len() {
+    if cubins < configs.len() || !unbuilt.is_empty() {
         gaps.push(Need::Cubin);
     }
     if tunable && (tune_records == 0 || problems.iter().any(|p| p.source != "exact")) {
@@ -364,10 +341,46 @@ fn row(
         tunable,
         tune_records,
         problems,
+        unbuilt,
         loadable: loaded.len(),
         attested,
         gaps,
     }
+}
+
+/// The problems of a kernel with `[problem_params]` (those of its family base) that no
+/// config of the lock serves with a cubin on `gpu`.
+fn unbuilt_problems(
+    input: &CoverageInput<'_>,
+    kernel: &crate::project::Kernel,
+    configs: &BTreeMap<&Config, Vec<&LockedArtifact>>,
+    gpu: &FleetGpu,
+) -> Vec<Problem> {
+    let base = kernel
+        .variant_of
+        .as_ref()
+        .map_or(kernel.name.as_str(), |v| v.base.as_str());
+    let mut out = Vec::new();
+    for problem in input.problems.get(base).into_iter().flatten() {
+        let wanted: Option<BTreeMap<String, kart_runtime::model::ParamValue>> = kernel
+            .problem_params
+            .iter()
+            .map(|(param, key)| {
+                problem
+                    .get(key)
+                    .map(|v| (param.clone(), kart_runtime::model::ParamValue::Int(*v)))
+            })
+            .collect();
+        let served = wanted.is_some_and(|wanted| {
+            configs
+                .iter()
+                .any(|(config, group)| config.matches(&wanted) && load_of(group, gpu).0.is_cubin())
+        });
+        if !served {
+            out.push(problem.clone());
+        }
+    }
+    out
 }
 
 /// How the artifacts of one config load on `gpu`, and the cubin it loads if any.
@@ -422,70 +435,4 @@ pub fn fleet_artifacts<'a>(
     out.sort_by(|a, b| a.id().cmp(&b.id()));
     out.dedup_by(|a, b| a.id() == b.id());
     out
-}
-
-/// Reads a problems file: `[[problem]]` tables, each a `kernel` and the problem's
-/// integer keys (`[tune]`'s problem keys of that kernel).
-///
-/// ```toml
-/// [[problem]]
-/// kernel = "flash_attn"
-/// B = 4
-/// H = 16
-/// S = 4096
-/// D = 128
-/// ```
-pub fn read_problems(
-    path: &std::path::Path,
-    shown: &std::path::Path,
-) -> crate::error::Result<BTreeMap<String, BTreeSet<Problem>>> {
-    #[derive(serde::Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct File {
-        #[serde(default)]
-        problem: Vec<toml::Spanned<BTreeMap<String, toml::Spanned<toml::Value>>>>,
-    }
-    let text = kart_runtime::text::read_text(path, kart_runtime::text::Limit::MANIFEST)?;
-    let file = kart_runtime::text::SourceFile {
-        path: shown.to_path_buf(),
-        text: &text,
-    };
-    let parsed: File = file.parse()?;
-    let mut out: BTreeMap<String, BTreeSet<Problem>> = BTreeMap::new();
-    for table in &parsed.problem {
-        let mut kernel = None;
-        let mut problem = Problem::new();
-        for (key, value) in table.get_ref() {
-            match (key.as_str(), value.get_ref()) {
-                ("kernel", toml::Value::String(name)) => {
-                    kart_runtime::untrusted::identifier("kernel", name).map_err(|e| {
-                        file.error(value.span(), e, "the kernel's name, as in kernel.toml")
-                    })?;
-                    kernel = Some(name.clone());
-                }
-                (name, toml::Value::Integer(v)) => {
-                    kart_runtime::untrusted::identifier("problem key", name).map_err(|e| {
-                        file.error(value.span(), e, "problem keys are names like `M` or `SEQ`")
-                    })?;
-                    problem.insert(name.to_string(), *v);
-                }
-                (name, _) => {
-                    return Err(file.error(
-                        value.span(),
-                        format!("`{name}` must be an integer (or `kernel`, a string)"),
-                        "a problem is a kernel's name and integer keys: `M = 4096`",
-                    ));
-                }
-            }
-        }
-        let Some(kernel) = kernel else {
-            return Err(file.error(
-                table.span(),
-                "a `[[problem]]` without `kernel`",
-                "add `kernel = \"NAME\"`",
-            ));
-        };
-        out.entry(kernel).or_default().insert(problem);
-    }
-    Ok(out)
 }

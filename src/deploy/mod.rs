@@ -10,10 +10,12 @@
 //! - [`tune`]: offline tuning into `kart.tune` (`best()` is the runtime crate's);
 //! - [`coverage`]: what each GPU of a fleet loads, whether it is tuned and attested
 //!   there;
-//! - [`bundle`]: one file of just that, for the runtime crate to load.
+//! - [`bundle`]: one file of just that, for the runtime crate to load;
+//! - [`problems`]: the problems a workload runs, from a problems file or a trace.
 
 pub mod attest;
 pub mod bundle;
 pub mod coverage;
 pub mod maintain;
+pub mod problems;
 pub mod tune;

@@ -284,6 +284,9 @@ mod tests {
             variant_of: None,
             declared_in_source: Default::default(),
             unmentioned: Default::default(),
+            problem_params: Default::default(),
+            problem_combos: Default::default(),
+            launch_params: Default::default(),
             kept: Default::default(),
         };
         (toolchain, kernel)

@@ -51,6 +51,9 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         variant_of: None,
         declared_in_source: Default::default(),
         unmentioned: Default::default(),
+        problem_params: Default::default(),
+        problem_combos: Default::default(),
+        launch_params: Default::default(),
         kept: Default::default(),
     }
 }

@@ -50,6 +50,8 @@ pub struct Grid<'a> {
     pub require: &'a [Rule],
     /// Params computed from each config, in evaluation order.
     pub derived: &'a [Derived],
+    /// Combinations of problem params' values that problems have (empty: any).
+    pub combos: &'a [BTreeMap<String, ParamValue>],
 }
 
 impl Grid<'_> {
@@ -99,9 +101,14 @@ impl Grid<'_> {
         let names: Vec<&str> = self.params.keys().map(String::as_str).collect();
         let lists: Vec<&Vec<ParamValue>> = self.params.values().collect();
         let raw: usize = lists.iter().map(|l| l.len()).product();
+        if raw == 0 {
+            // A param without values (a problem param before problems are bound).
+            return Ok((GridReport::default(), Vec::new()));
+        }
         let derived_names: Vec<&str> = self.derived.iter().map(|d| d.name.as_str()).collect();
         let mut removed = vec![0usize; self.require.len()];
         let mut excluded = 0usize;
+        let mut not_a_problem = 0usize;
         let mut kept = Vec::new();
         let mut derived_error: Option<GridError> = None;
         let mut rule_error: Option<(usize, GridError)> = None;
@@ -118,11 +125,21 @@ impl Grid<'_> {
             )
         };
         for _ in 0..raw {
-            let excluded_here = !self.exclude.is_empty() && {
-                let config = config_of(&values);
-                self.exclude.iter().any(|e| config.matches(e))
-            };
-            if excluded_here {
+            let (excluded_here, other_problem) =
+                if self.exclude.is_empty() && self.combos.is_empty() {
+                    (false, false)
+                } else {
+                    let config = config_of(&values);
+                    let other =
+                        !self.combos.is_empty() && !self.combos.iter().any(|c| config.matches(c));
+                    (
+                        !other && self.exclude.iter().any(|e| config.matches(e)),
+                        other,
+                    )
+                };
+            if other_problem {
+                not_a_problem += 1;
+            } else if excluded_here {
                 excluded += 1;
             } else {
                 let mut ok = true;
@@ -208,6 +225,11 @@ impl Grid<'_> {
             raw,
             ..GridReport::default()
         };
+        if !self.combos.is_empty() {
+            report
+                .steps
+                .push(("combinations no problem has".into(), not_a_problem));
+        }
         if !self.exclude.is_empty() {
             report.steps.push(("[[exclude]]".into(), excluded));
         }
@@ -227,6 +249,18 @@ impl Grid<'_> {
     /// combinations with these values were removed (`[[exclude]]`, which `require`
     /// rule). `None` when some config is kept.
     pub fn why_none(&self, filter: &BTreeMap<String, ParamValue>) -> Option<String> {
+        let valueless: Vec<&str> = self
+            .params
+            .iter()
+            .filter(|(_, values)| values.is_empty())
+            .map(|(name, _)| name.as_str())
+            .collect();
+        if !valueless.is_empty() {
+            return Some(format!(
+                "{} take(s) the values of problems (`[problem_params]`) and none were given: pass `kart build --problems FILE` or `--trace FILE`",
+                valueless.join(", ")
+            ));
+        }
         let mut narrowed = self.params.clone();
         let mut not_values = Vec::new();
         for (name, value) in filter {

@@ -116,6 +116,17 @@ pub struct Kernel {
     /// (a macro nobody reads changes nothing but the command line, and would keep
     /// configs from sharing one compile).
     pub unmentioned: BTreeSet<String>,
+    /// `[problem_params]`: params whose values come from problems (`kart build
+    /// --problems FILE` / `--trace FILE`), each with the problem key it takes. Without
+    /// problems such a param has no value, and the kernel no config.
+    pub problem_params: BTreeMap<String, String>,
+    /// With several problem params, the combinations of their values the problems
+    /// have: a config is built only for one of them (empty: no such restriction).
+    pub problem_combos: Vec<BTreeMap<String, ParamValue>>,
+    /// `launch_params`: params that change only the launch. They reach no compile
+    /// input and are not part of the action key, so configs that differ only in them
+    /// share one compile and one artifact.
+    pub launch_params: BTreeSet<String>,
     /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
     /// thousands of combinations is not filtered again by every later step).
     pub kept: std::sync::OnceLock<Vec<Config>>,
@@ -184,6 +195,7 @@ impl Kernel {
             exclude: &self.exclude,
             require: &self.require,
             derived: &self.derived,
+            combos: &self.problem_combos,
         }
     }
 

@@ -14,6 +14,7 @@ use kart_runtime::untrusted::is_c_identifier;
 use crate::project::grid_toml::{check_grid, default_config, derived, rules, tune_spec};
 use crate::project::kernel::{Kernel, ParamMacros, VariantOf};
 use crate::project::launch_toml::launch;
+use crate::project::problem_params::{launch_params, problem_params};
 use crate::project::raw::{ManifestChecks, RawKernel, RawValue};
 use crate::project::unit_toml::{define_params, prelude};
 
@@ -49,7 +50,12 @@ pub(super) fn load_kernel(
     let targets = targets(&file, &raw, default_targets)?;
     let flags = flags(&file, &raw)?;
     let (defines, defined) = defines(&file, &raw)?;
-    let params = params(&file, &raw)?;
+    let problem_params = problem_params(&file, &raw)?;
+    let mut params = params(&file, &raw)?;
+    // A problem param has no value until problems are bound (`Project::bind_problems`).
+    for name in problem_params.keys() {
+        params.insert(name.clone(), Vec::new());
+    }
     let exclude = excludes(&file, &raw, &params)?;
     let signature = signature(&file, &raw, &entry)?;
     let mut kernel = Kernel {
@@ -87,6 +93,9 @@ pub(super) fn load_kernel(
         }),
         declared_in_source: Default::default(),
         unmentioned: Default::default(),
+        problem_params,
+        problem_combos: Vec::new(),
+        launch_params: Default::default(),
         kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;
@@ -95,10 +104,13 @@ pub(super) fn load_kernel(
     (kernel.declared_in_source, kernel.unmentioned) = scan_sources(&kernel, root)?;
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
+    kernel.launch_params = launch_params(&file, &raw, &kernel)?;
     let configs = check_grid(&file, &raw, &kernel)?;
     crate::project::launch_toml::check_configs(&file, &raw, &kernel, &configs)?;
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
-    kernel.default = default_config(&file, &raw, &kernel, &configs)?;
+    if kernel.problem_params.is_empty() {
+        kernel.default = default_config(&file, &raw, &kernel, &configs)?;
+    }
     kernel.kept = configs.into();
     Ok(kernel)
 }

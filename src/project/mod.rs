@@ -8,7 +8,8 @@
 //! - [`grid`]: the params' grid, `require` rules and `[derived]` params;
 //! - [`entry`]: template entries and the translation unit that instantiates them;
 //! - [`library`]: header libraries as declared;
-//! - [`fleet`]: the GPUs a deployment runs on (`[[fleet]]`).
+//! - [`fleet`]: the GPUs a deployment runs on (`[[fleet]]`);
+//! - [`problem_params`]: params bound to problem keys, and launch-only params.
 //!
 //! The expression language and `[launch]` are the runtime crate's
 //! ([`kart_runtime::expr`], [`kart_runtime::launch`]): a loader evaluates them too.
@@ -22,6 +23,7 @@ mod kernel_toml;
 mod launch_toml;
 pub mod library;
 pub mod manifest;
+pub mod problem_params;
 mod raw;
 mod unit_toml;
 

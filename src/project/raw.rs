@@ -182,6 +182,10 @@ pub(super) struct RawKernel {
     #[serde(default)]
     pub(super) define_params: Vec<Spanned<String>>,
     pub(super) prelude: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(super) problem_params: BTreeMap<Spanned<String>, Spanned<String>>,
+    #[serde(default)]
+    pub(super) launch_params: Vec<Spanned<String>>,
 }
 
 #[derive(Deserialize)]

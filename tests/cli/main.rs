@@ -15,6 +15,7 @@ mod language;
 mod libraries;
 mod malformed;
 mod nvcc;
+mod problems;
 mod reapi;
 mod remote;
 mod s3;

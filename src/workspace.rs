@@ -263,7 +263,29 @@ pub fn same_artifact(
     entry: &crate::store::ActionEntry,
 ) -> bool {
     entry.kernel == a.kernel
-        && entry.config == a.config
+        && same_compiled_config(&a.config, entry)
         && entry.target == a.target
         && entry.kind == a.kind
+}
+
+/// Whether `config` is the entry's config up to params its key leaves out (launch-only
+/// params, which every config sharing the compile has its own value of): the params
+/// are the same, and each one the entry's preimage keys has the same value.
+fn same_compiled_config(config: &crate::model::Config, entry: &crate::store::ActionEntry) -> bool {
+    if entry.config == *config {
+        return true;
+    }
+    let keyed: std::collections::BTreeSet<&str> = entry
+        .preimage
+        .0
+        .iter()
+        .filter_map(|(name, _)| name.strip_prefix("param "))
+        .collect();
+    !entry.preimage.0.is_empty()
+        && config.0.keys().eq(entry.config.0.keys())
+        && entry
+            .config
+            .0
+            .iter()
+            .all(|(k, v)| !keyed.contains(k.as_str()) || config.0.get(k) == Some(v))
 }

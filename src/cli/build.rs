@@ -144,8 +144,12 @@ pub fn run(cli: &Cli, ws: &mut Workspace, args: &BuildArgs) -> Result<ExitCode> 
                 0 => String::new(),
                 n => format!(", {n} over a resource limit excluded"),
             };
+            let shared = match summary.shared_compiles {
+                0 => String::new(),
+                n => format!(", {n} sharing one of those compiles (launch-only params)"),
+            };
             eprintln!(
-                "{} artifacts: {} compiled, {} from the store{remote}{excluded} in {secs:.3} s; {lock}",
+                "{} artifacts: {} compiled{shared}, {} from the store{remote}{excluded} in {secs:.3} s; {lock}",
                 summary.selected, summary.compiled, summary.from_store
             );
         }

@@ -122,7 +122,12 @@ pub fn action_preimage(
         let names: Vec<&str> = kernel.define_params.iter().map(String::as_str).collect();
         p.push("define params", names.join(" "));
     }
+    // Launch-only params reach no compile input (checked when kernel.toml is read):
+    // configs that differ only in them share this key, one compile and one artifact.
     for (name, value) in &config.0 {
+        if kernel.launch_params.contains(name) {
+            continue;
+        }
         p.push(format!("param {name}"), value.to_string());
     }
     // Derived params by value (none for most kernels, whose keys stay as they were):

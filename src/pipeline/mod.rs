@@ -151,6 +151,9 @@ pub struct BuildSummary {
     pub executor: Option<remote_exec::ExecStats>,
     /// Configs over a resource limit excluded by a rule `--skip-infeasible` recorded.
     pub excluded_infeasible: usize,
+    /// Configs that share another config's compile (they differ only in launch-only
+    /// params): recorded in the lock with its digest, not compiled again.
+    pub shared_compiles: usize,
 }
 
 /// Runs `kart build` in `workspace`.
@@ -219,9 +222,14 @@ pub fn build(
     };
     let mut to_compile = Vec::new();
     let mut from_store = 0;
+    // Configs that differ only in launch-only params share a key: compiled once.
+    let mut keys_to_compile = std::collections::HashSet::new();
+    let mut shared = 0;
     for p in &selected {
         if locked_here(p) || ws.stored_entry(&p.key, reporter).is_some() {
             from_store += 1;
+        } else if !keys_to_compile.insert(p.key.as_str()) {
+            shared += 1;
         } else {
             to_compile.push(*p);
         }
@@ -250,7 +258,7 @@ pub fn build(
         );
         to_compile.retain(|p| !pulled.entries.contains_key(&p.key) && !locked_here(p));
     }
-    let from_remote = selected.len() - from_store - to_compile.len();
+    let from_remote = selected.len() - from_store - shared - to_compile.len();
     reporter.planned(selected.len(), to_compile.len());
 
     if !to_compile.is_empty() && !ws.store.smoke_passed(&toolchain.fingerprint) {
@@ -295,6 +303,7 @@ pub fn build(
         compiled,
         executor,
         excluded_infeasible,
+        shared_compiles: shared,
         ..BuildSummary::default()
     };
     if options.push

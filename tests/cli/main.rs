@@ -12,6 +12,7 @@ mod executor;
 mod fleet;
 mod harness;
 mod language;
+mod launch_only;
 mod libraries;
 mod malformed;
 mod nvcc;

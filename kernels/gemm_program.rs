@@ -202,18 +202,17 @@ fn tflops<G: Gemm>(p: &Problem, us: f64) -> f64 {
 
 /// Every config of the family's kernels that this GPU runs, as (kernel, config), the
 /// base's first.
-fn configs_for(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Vec<(String, Config)> {
+fn configs_for(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<Vec<(String, Config)>> {
+    let lock = rt.lock()?;
     let mut all = Vec::new();
     for kernel in family {
         let name = kernel.name.as_str();
-        let mut configs: Vec<Config> = rt
-            .lock()
+        let mut configs: Vec<Config> = lock
             .artifacts
             .iter()
             .filter(|a| a.kernel == name)
             .filter(|a| {
-                kart::deploy::tune::artifact_for(rt.lock(), name, &a.config, gpu.capability)
-                    .is_some()
+                kart::deploy::tune::artifact_for(lock, name, &a.config, gpu.capability).is_some()
             })
             .map(|a| a.config.clone())
             .collect();
@@ -221,7 +220,7 @@ fn configs_for(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Vec<(String, Conf
         configs.dedup();
         all.extend(configs.into_iter().map(|c| (name.to_string(), c)));
     }
-    all
+    Ok(all)
 }
 
 /// A config as the program prints it: the base's as it is, a variant's after its
@@ -243,7 +242,7 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
         G::CHECK_SHAPES,
         G::CHECK_RULE
     );
-    for (kernel, config) in configs_for(rt, gpu, family) {
+    for (kernel, config) in configs_for(rt, gpu, family)? {
         let loaded = gpu.kernel(rt, &kernel, &config)?;
         let mut worst = 0f64;
         let mut failure = None;
@@ -273,7 +272,7 @@ fn check<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     }
     kart::deploy::attest::record_all(
         Path::new("."),
-        rt.lock(),
+        rt.lock()?,
         gpu,
         &passed,
         kart::deploy::attest::Check::Correct,
@@ -345,7 +344,7 @@ fn demo<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
             source,
         } = kart::deploy::tune::best(
             &tune,
-            rt.lock(),
+            rt.lock()?,
             family,
             &gpu.name,
             gpu.capability,

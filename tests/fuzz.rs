@@ -321,6 +321,7 @@ fn fuzz_deployment_files() {
         let bundle = kart::store::bundle::Bundle::open(&path).map_err(|_| ())?;
         Ok(bundle
             .lock()
+            .map_err(|_| ())?
             .artifacts
             .iter()
             .map(|a| a.digest.clone())

@@ -209,19 +209,19 @@ fn configs_for(
     family: &[&Kernel],
     d: i64,
     causal: i64,
-) -> Vec<(String, Config)> {
+) -> Res<Vec<(String, Config)>> {
+    let lock = rt.lock()?;
     let problem: Problem = [("D".into(), d), ("causal".into(), causal)].into();
     let mut configs: Vec<(String, Config)> = Vec::new();
     for kernel in family {
-        let mut own: Vec<Config> = rt
-            .lock()
+        let mut own: Vec<Config> = lock
             .artifacts
             .iter()
             .filter(|a| {
                 a.kernel == kernel.name
                     && kart::deploy::tune::matches_exact(kernel, &a.config, &problem)
                     && kart::deploy::tune::artifact_for(
-                        rt.lock(),
+                        lock,
                         &kernel.name,
                         &a.config,
                         gpu.capability,
@@ -234,7 +234,7 @@ fn configs_for(
         own.dedup();
         configs.extend(own.into_iter().map(|c| (kernel.name.clone(), c)));
     }
-    configs
+    Ok(configs)
 }
 
 fn check(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
@@ -248,7 +248,7 @@ fn check(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
                 .into_iter()
                 .map(|s| Case::new(3, s, d as usize, causal == 1, &mut seed))
                 .collect();
-            for (name, config) in configs_for(rt, gpu, family, d, causal) {
+            for (name, config) in configs_for(rt, gpu, family, d, causal)? {
                 let loaded = gpu.kernel(rt, &name, &config)?;
                 let mut worst = 0f64;
                 let mut failure = None;
@@ -278,7 +278,7 @@ fn check(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     }
     kart::deploy::attest::record_all(
         Path::new("."),
-        rt.lock(),
+        rt.lock()?,
         gpu,
         &passed,
         kart::deploy::attest::Check::Correct,
@@ -480,7 +480,7 @@ fn demo(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
             source,
         } = kart::deploy::tune::best(
             &tune,
-            rt.lock(),
+            rt.lock()?,
             family,
             &gpu.name,
             gpu.capability,

@@ -5,7 +5,9 @@ use std::process::ExitCode;
 use kart::error::{Error, Result};
 use kart::model::ArtifactKind;
 use kart::model::{Config, ParamValue};
+use kart::runtime::Blobs;
 use kart::store::lockfile::describe;
+use kart::store::lockindex::LockIndex;
 use kart::target::TargetArch;
 use kart::workspace::Workspace;
 
@@ -20,14 +22,12 @@ pub fn run(
     let config = Config(params.iter().cloned().collect());
     let artifact = match target {
         // One record: read without parsing the whole lock.
-        Some(t) => kart::store::lockfile::Lockfile::read_one(
-            &kart::store::lockfile::lock_path(&ws.project.root),
-            std::path::Path::new(kart::store::lockfile::LOCK_FILE),
-            kernel,
-            &config,
-            &t.to_string(),
-            ArtifactKind::Cubin,
-        )?
+        Some(t) => match read_lock(&ws)? {
+            Some(lock) => lock
+                .find(kernel, &config, &t.to_string(), ArtifactKind::Cubin)?
+                .cloned(),
+            None => None,
+        }
         .ok_or_else(|| Error::NotLoadable {
             message: format!(
                 "kart.lock has no {}",
@@ -44,7 +44,8 @@ pub fn run(
                 }
                 other => other,
             })?;
-            let rt = kart::runtime::Runtime::from_parts(ws.lock()?, ws.store);
+            let lock = read_lock(&ws)?.unwrap_or_else(|| LockIndex::parsed(Default::default()));
+            let rt = kart::runtime::Runtime::from_index(lock, Blobs::Store(ws.store));
             let a = rt
                 .select(
                     kernel,
@@ -60,6 +61,14 @@ pub fn run(
         }
     };
     write_materialized(&ws.store, &artifact, json)
+}
+
+/// The project's lock, indexed (records parsed when a lookup touches them).
+fn read_lock(ws: &Workspace) -> Result<Option<LockIndex>> {
+    LockIndex::read(
+        &kart::store::lockfile::lock_path(&ws.project.root),
+        std::path::Path::new(kart::store::lockfile::LOCK_FILE),
+    )
 }
 
 fn write_materialized(

@@ -299,7 +299,7 @@ pub fn check_in_children(
 pub fn check_blob(rt: &Runtime, gpu: &Gpu, digest: &str) -> WorkerReport {
     let result = (|| -> Result<Check> {
         let artifact = rt
-            .lock()
+            .lock()?
             .artifacts
             .iter()
             .find(|a| a.digest == digest && a.kind == ArtifactKind::Cubin)

@@ -188,7 +188,7 @@ pub fn inspect(bundle: &Bundle) -> Result<Vec<InspectRow>> {
         .collect();
     let mut rows: BTreeMap<(String, String), InspectRow> = BTreeMap::new();
     let mut counted: BTreeSet<&str> = BTreeSet::new();
-    for a in &bundle.lock().artifacts {
+    for a in &bundle.lock()?.artifacts {
         let row = rows
             .entry((a.kernel.clone(), a.target.clone()))
             .or_insert_with(|| InspectRow {

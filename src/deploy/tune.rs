@@ -148,8 +148,7 @@ pub fn tune_problem(
     let mut configs: Vec<(&Kernel, &Config)> = Vec::new();
     for kernel in family {
         let mut own: Vec<&Config> = rt
-            .lock()
-            .artifacts
+            .records(&kernel.name)?
             .iter()
             .filter(|a| a.kernel == kernel.name && matches_exact(*kernel, &a.config, problem))
             .map(|a| &a.config)
@@ -162,7 +161,7 @@ pub fn tune_problem(
     let mut best: Option<(f64, &Kernel, &Config, LockedArtifact)> = None;
     let mut runner_up: Option<f64> = None;
     for (kernel, config) in configs {
-        let Some(artifact) = artifact_for(rt.lock(), &kernel.name, config, gpu.capability) else {
+        let Some(artifact) = artifact_for(rt.lock()?, &kernel.name, config, gpu.capability) else {
             continue;
         };
         let loaded = gpu.kernel(rt, &kernel.name, config)?;

@@ -202,8 +202,8 @@ fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() 
     let path = p.root().join("h100.kartbundle");
     let rt = kart::runtime::Runtime::open_bundle(&path).unwrap();
     assert!(rt.store().is_none() && rt.bundle().is_some());
-    assert_eq!(rt.lock().artifacts.len(), 4);
-    for a in &rt.lock().artifacts {
+    assert_eq!(rt.lock().unwrap().artifacts.len(), 4);
+    for a in &rt.lock().unwrap().artifacts {
         let bytes = rt.blobs().read_blob(&a.digest, Some(a.size)).unwrap();
         assert_eq!(kart::digest::sha256_hex(&bytes), a.digest);
     }
@@ -232,6 +232,7 @@ fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() 
     let rt = kart::runtime::Runtime::open_bundle(&path).unwrap();
     let refused = rt
         .lock()
+        .unwrap()
         .artifacts
         .iter()
         .filter_map(|a| rt.blobs().read_blob(&a.digest, Some(a.size)).err())
@@ -296,6 +297,7 @@ fn a_trace_narrows_a_bundle_to_the_configs_a_workload_launched() {
     let rt = kart::runtime::Runtime::open_bundle(&p.root().join("traced.kartbundle")).unwrap();
     let mut held: Vec<String> = rt
         .lock()
+        .unwrap()
         .artifacts
         .iter()
         .map(|a| format!("{} {}", a.config, a.target))

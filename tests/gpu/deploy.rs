@@ -90,7 +90,10 @@ pub(crate) fn smoke_all_attests_every_loadable_cubin_and_survives_a_crash(
     gpu: &Gpu,
 ) -> TestResult {
     let rt = f.runtime();
-    let loadable = kart::deploy::attest::loadable_cubins(rt.lock(), gpu.capability);
+    let loadable = kart::deploy::attest::loadable_cubins(
+        rt.lock().map_err(|e| e.to_string())?,
+        gpu.capability,
+    );
     let victim = loadable
         .iter()
         .find(|a| a.kernel == "smem")

@@ -173,7 +173,7 @@ pub(crate) fn a_variant_is_called_as_its_base_and_chosen_on_hopper(
     let none = kart::deploy::tune::TuneFile::default();
     let choice = kart::deploy::tune::best(
         &none,
-        rt.lock(),
+        rt.lock().map_err(|e| e.to_string())?,
         &family,
         &gpu.name,
         gpu.capability,
@@ -201,7 +201,7 @@ pub(crate) fn a_variant_is_called_as_its_base_and_chosen_on_hopper(
     }
     let mma = kart::deploy::tune::best(
         &none,
-        rt.lock(),
+        rt.lock().map_err(|e| e.to_string())?,
         &family[..1],
         &gpu.name,
         gpu.capability,

@@ -51,7 +51,13 @@ pub(crate) fn smoke_end_to_end(_: &Fixture, gpu: &Gpu) -> TestResult {
 pub(crate) fn every_entry_of_every_9x_artifact_resolves(f: &Fixture, gpu: &Gpu) -> TestResult {
     let rt = f.runtime();
     let mut n = 0;
-    for a in rt.lock().artifacts.iter().filter(|a| a.kernel == "scale") {
+    for a in rt
+        .lock()
+        .map_err(|e| e.to_string())?
+        .artifacts
+        .iter()
+        .filter(|a| a.kernel == "scale")
+    {
         let loaded = gpu
             .kernel(&rt, &a.kernel, &a.config)
             .map_err(|e| e.to_string())?;
@@ -72,7 +78,13 @@ pub(crate) fn every_entry_of_every_9x_artifact_resolves(f: &Fixture, gpu: &Gpu) 
     }
     // The plain sm_90 cubins load too (resolution chose sm_90a; load sm_90 directly).
     let store = rt.blobs();
-    for a in rt.lock().artifacts.iter().filter(|a| a.target == "sm_90") {
+    for a in rt
+        .lock()
+        .map_err(|e| e.to_string())?
+        .artifacts
+        .iter()
+        .filter(|a| a.target == "sm_90")
+    {
         let bytes = store
             .read_blob(&a.digest, Some(a.size))
             .map_err(|e| e.to_string())?;
@@ -203,6 +215,7 @@ pub(crate) fn a_corrupt_blob_is_refused_before_the_driver(f: &Fixture, _: &Gpu) 
     let rt = f.runtime();
     let a = rt
         .lock()
+        .map_err(|e| e.to_string())?
         .artifacts
         .iter()
         .find(|a| a.kernel == "scale" && a.target == "sm_90a")
@@ -344,7 +357,7 @@ pub(crate) fn a_driver_too_old_for_the_cubin_is_refused_before_loading(
     gpu: &Gpu,
 ) -> TestResult {
     let rt = f.runtime();
-    let mut a = rt.lock().artifacts[0].clone();
+    let mut a = rt.lock().map_err(|e| e.to_string())?.artifacts[0].clone();
     a.nvcc = "99.0.1".into();
     match gpu.check_driver_floor(&a) {
         Err(e) if e.to_string().contains("needs a driver for CUDA 99.0") => Ok(()),

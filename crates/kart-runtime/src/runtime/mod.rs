@@ -39,6 +39,7 @@ use crate::resolve::{
 };
 use crate::store::bundle::Bundle;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
+use crate::store::lockindex::LockIndex;
 use crate::store::{LockMode, Store};
 use crate::target::TargetArch;
 
@@ -66,11 +67,15 @@ impl Blobs {
 }
 
 /// The lock and the blobs (a store or a bundle), opened without touching the GPU.
+///
+/// Opening reads the lock's text and indexes it by kernel without parsing its records
+/// (see [`LockIndex`]); selecting a (kernel, config) parses the few records of that
+/// config. A malformed record is reported when a lookup touches it, with the file and
+/// line; one that no lookup touches is not (`kart build` and `kart verify` read the
+/// whole lock). `Send + Sync`.
 pub struct Runtime {
-    lock: Lockfile,
+    lock: Arc<LockIndex>,
     blobs: Blobs,
-    /// (kernel, config) → indices into `lock.artifacts`.
-    index: HashMap<String, HashMap<Config, Vec<usize>>>,
 }
 
 impl Runtime {
@@ -82,7 +87,7 @@ impl Runtime {
         }
         let project = crate::locate::project(start)?;
         let lock =
-            Lockfile::read(&lock_path(&project.root), Path::new(LOCK_FILE))?.ok_or_else(|| {
+            LockIndex::read(&lock_path(&project.root), Path::new(LOCK_FILE))?.ok_or_else(|| {
                 Error::usage(
                     format!("no kart.lock in `{}`", project.root.display()),
                     Some("run `kart build` (or `kart fetch`) first".into()),
@@ -93,14 +98,16 @@ impl Runtime {
             LockMode::Shared,
             Duration::from_secs(60),
         )?;
-        Ok(Runtime::from_parts(lock, store))
+        Ok(Runtime::from_index(lock, Blobs::Store(store)))
     }
 
     /// A runtime over a bundle: its lock, its blobs, nothing else.
     pub fn open_bundle(path: &Path) -> Result<Runtime> {
         let bundle = Bundle::open(path)?;
-        let lock = bundle.lock().clone();
-        Ok(Runtime::with_blobs(lock, Blobs::Bundle(Box::new(bundle))))
+        Ok(Runtime {
+            lock: bundle.lock_index().clone(),
+            blobs: Blobs::Bundle(Box::new(bundle)),
+        })
     }
 
     /// A runtime over an already opened lock and store.
@@ -110,21 +117,41 @@ impl Runtime {
 
     /// A runtime over a lock and where its blobs are.
     pub fn with_blobs(lock: Lockfile, blobs: Blobs) -> Runtime {
-        let mut index: HashMap<String, HashMap<Config, Vec<usize>>> = HashMap::new();
-        for (i, a) in lock.artifacts.iter().enumerate() {
-            index
-                .entry(a.kernel.clone())
-                .or_default()
-                .entry(a.config.clone())
-                .or_default()
-                .push(i);
-        }
-        Runtime { lock, blobs, index }
+        Runtime::from_index(LockIndex::parsed(lock), blobs)
     }
 
-    /// The lock.
-    pub fn lock(&self) -> &Lockfile {
+    /// A runtime over an indexed lock (read lazily) and where its blobs are.
+    pub fn from_index(lock: LockIndex, blobs: Blobs) -> Runtime {
+        Runtime {
+            lock: Arc::new(lock),
+            blobs,
+        }
+    }
+
+    /// The whole lock, every record parsed and validated on the first call (a lookup
+    /// needs only [`Runtime::records`] or [`Runtime::select`]).
+    pub fn lock(&self) -> Result<&Lockfile> {
+        self.lock.whole()
+    }
+
+    /// The lock's index, parsed as far as lookups have needed.
+    pub fn lock_index(&self) -> &LockIndex {
         &self.lock
+    }
+
+    /// The kernels of the lock, sorted.
+    pub fn kernels(&self) -> Vec<&str> {
+        self.lock.kernels()
+    }
+
+    /// Every artifact of `kernel` (empty when the lock has none), parsed on first use.
+    pub fn records(&self, kernel: &str) -> Result<&[LockedArtifact]> {
+        self.lock.records(kernel)
+    }
+
+    /// The `[launch]` of `kernel`, if the lock records one.
+    pub fn launch(&self, kernel: &str) -> Option<&crate::launch::LaunchText> {
+        self.lock.launch(kernel)
     }
 
     /// Where the blobs come from.
@@ -157,28 +184,31 @@ impl Runtime {
         capability: Capability,
         policy: JitPolicy,
     ) -> Result<&LockedArtifact> {
-        let Some(configs) = self.index.get(kernel) else {
-            let mut names: Vec<&str> = self.index.keys().map(String::as_str).collect();
-            names.sort();
-            return Err(Error::NotLoadable {
-                message: format!("kart.lock has no kernel `{kernel}`"),
-                hint: Some(format!("kernels in the lock: {}", names.join(", "))),
-            });
-        };
-        let Some(indices) = configs.get(config) else {
-            let mut known: Vec<String> = configs.keys().map(|c| c.to_string()).collect();
+        let group = self.lock.of_config(kernel, config)?;
+        if group.is_empty() {
+            let names = self.lock.kernels();
+            if !names.contains(&kernel) {
+                return Err(Error::NotLoadable {
+                    message: format!("kart.lock has no kernel `{kernel}`"),
+                    hint: Some(format!("kernels in the lock: {}", names.join(", "))),
+                });
+            }
+            let mut known: Vec<String> = self
+                .lock
+                .records(kernel)?
+                .iter()
+                .map(|a| a.config.to_string())
+                .collect();
             known.sort();
+            known.dedup();
             return Err(Error::NotLoadable {
                 message: format!("kart.lock has no config {config} of `{kernel}`"),
                 hint: Some(format!("configs in the lock: {}", known.join("  "))),
             });
-        };
-        let available: Vec<(TargetArch, ArtifactKind)> = indices
+        }
+        let available: Vec<(TargetArch, ArtifactKind)> = group
             .iter()
-            .filter_map(|&i| {
-                let a = &self.lock.artifacts[i];
-                a.target.parse().ok().map(|t| (t, a.kind))
-            })
+            .filter_map(|a| a.target.parse().ok().map(|t| (t, a.kind)))
             .collect();
         let Some((target, kind)) = resolve(capability, &available, policy) else {
             let targets: Vec<String> = available
@@ -199,15 +229,12 @@ impl Runtime {
                 )),
             });
         };
-        let i = indices
+        let target = target.to_string();
+        Ok(group
             .iter()
             .copied()
-            .find(|&i| {
-                let a = &self.lock.artifacts[i];
-                a.kind == kind && a.target == target.to_string()
-            })
-            .unwrap_or(indices[0]);
-        Ok(&self.lock.artifacts[i])
+            .find(|a| a.kind == kind && a.target == target)
+            .unwrap_or(group[0]))
     }
 }
 
@@ -348,7 +375,7 @@ impl Gpu {
         let bytes = rt.blobs.read_blob(&artifact.digest, Some(artifact.size))?;
         let t1 = Instant::now();
         let mut loaded = self.load_verified(artifact.clone(), bytes, t1 - t0)?;
-        loaded.launch = match rt.lock().launch(&artifact.kernel) {
+        loaded.launch = match rt.launch(&artifact.kernel) {
             Some(text) => Some(crate::launch::LaunchSpec::from_text(text).map_err(|e| {
                 Error::NotLoadable {
                     message: format!("[launch] of `{}` in kart.lock: {e}", artifact.kernel),

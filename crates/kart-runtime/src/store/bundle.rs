@@ -14,13 +14,16 @@
 //!                                        from here
 //! ```
 //! Everything in it is checked as if a stranger wrote it: the index's every field, the
-//! lock as `kart.lock` is checked, each blob's sha256 on every read (and every blob when
-//! the bundle is made and by `kart bundle --inspect`).
+//! lock as `kart.lock` is checked (its records when a lookup touches them, as the
+//! runtime reads `kart.lock`), each blob's size and sha256 on every read (and the whole
+//! lock and every blob when the bundle is made and by `kart bundle --inspect`). Opening
+//! a bundle of 10,000 configs reads its index and no blob.
 
 use std::collections::HashMap;
 use std::fs::File;
 use std::os::unix::fs::FileExt as _;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
@@ -28,6 +31,7 @@ use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext as _, Result};
 use crate::store::limits::MAX_BLOB_BYTES;
 use crate::store::lockfile::Lockfile;
+use crate::store::lockindex::LockIndex;
 
 /// The first bytes of every bundle.
 pub const BUNDLE_MAGIC: &[u8; 8] = b"KARTBNDL";
@@ -50,7 +54,8 @@ pub struct BundleIndex {
     pub kart: String,
     /// What it was made for (the GPUs of the fleet, a trace), for `--inspect`.
     pub made_for: Vec<String>,
-    /// `kart.lock`'s text, of the bundled artifacts only.
+    /// `kart.lock`'s text, of the bundled artifacts only (moved into
+    /// [`Bundle::lock_index`] when the bundle is opened).
     pub lock: String,
     /// `kart.tune`'s text, of the records naming bundled blobs (empty: none).
     pub tune: String,
@@ -156,23 +161,24 @@ pub fn write_bundle(
     checked
 }
 
-/// An open bundle: its index checked, its lock parsed; blobs are read (and checked) on
-/// demand.
+/// An open bundle: its index checked, its lock indexed (records parsed on first use);
+/// blobs are read (and checked) on demand.
 #[derive(Debug)]
 pub struct Bundle {
     path: PathBuf,
     file: File,
     data_start: u64,
     index: BundleIndex,
-    lock: Lockfile,
+    lock: Arc<LockIndex>,
     by_digest: HashMap<String, usize>,
 }
 
 impl Bundle {
-    /// Opens `path` and checks everything but the blobs' bytes: the magic, the format,
-    /// the index (every digest hex, every blob inside the file, sizes within what kart
-    /// reads), the lock as `kart.lock` is checked, and that every artifact of the lock
-    /// has its blob in the bundle.
+    /// Opens `path` and checks everything but the blobs' bytes and the lock's records:
+    /// the magic, the format, the index (every digest hex, every blob inside the file,
+    /// sizes within what kart reads), and the lock's layout as the runtime checks
+    /// `kart.lock` at open. A record is checked when a lookup touches it, and its blob's
+    /// presence and size when it is read; [`Bundle::verify_all`] checks everything.
     pub fn open(path: &Path) -> Result<Bundle> {
         let file = File::open(path).at("open bundle", path)?;
         let len = file.metadata().at("read bundle", path)?.len();
@@ -206,7 +212,7 @@ impl Bundle {
         let mut json = vec![0u8; index_len as usize];
         file.read_exact_at(&mut json, HEADER_BYTES)
             .at("read bundle", path)?;
-        let index: BundleIndex =
+        let mut index: BundleIndex =
             serde_json::from_slice(&json).map_err(|e| bad(format!("its index: {e}")))?;
         let data_start = HEADER_BYTES + index_len;
         let data_len = len - data_start;
@@ -222,9 +228,45 @@ impl Bundle {
             crate::untrusted::label("made for", what).map_err(bad)?;
         }
         let shown = PathBuf::from(format!("{}:kart.lock", path.display()));
-        let lock = Lockfile::parse(&index.lock, &shown)?;
-        for a in &lock.artifacts {
-            match by_digest.get(&a.digest).map(|&i| &index.blobs[i]) {
+        let lock = Arc::new(LockIndex::from_text(
+            std::mem::take(&mut index.lock),
+            &shown,
+        )?);
+        Ok(Bundle {
+            path: path.to_path_buf(),
+            file,
+            data_start,
+            index,
+            lock,
+            by_digest,
+        })
+    }
+
+    /// Where it is.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Its lock: the bundled artifacts, every record parsed and validated on the
+    /// first call.
+    pub fn lock(&self) -> Result<&Lockfile> {
+        self.lock.whole()
+    }
+
+    /// Its lock's index, parsed as far as lookups have needed.
+    pub fn lock_index(&self) -> &Arc<LockIndex> {
+        &self.lock
+    }
+
+    /// Checks the whole lock and that every artifact it names has its blob here, of
+    /// its size (not the blobs' bytes).
+    pub fn check_lock(&self) -> Result<()> {
+        let bad = |message: String| Error::CorruptBundle {
+            path: self.path.clone(),
+            message,
+        };
+        for a in &self.lock()?.artifacts {
+            match self.by_digest.get(&a.digest).map(|&i| &self.index.blobs[i]) {
                 None => {
                     return Err(bad(format!(
                         "its lock names {} ({}), which it does not hold",
@@ -241,27 +283,10 @@ impl Bundle {
                 Some(_) => {}
             }
         }
-        Ok(Bundle {
-            path: path.to_path_buf(),
-            file,
-            data_start,
-            index,
-            lock,
-            by_digest,
-        })
+        Ok(())
     }
 
-    /// Where it is.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
-    /// Its lock: the bundled artifacts.
-    pub fn lock(&self) -> &Lockfile {
-        &self.lock
-    }
-
-    /// Its index.
+    /// Its index (its `lock` text moved to [`Bundle::lock_index`]).
     pub fn index(&self) -> &BundleIndex {
         &self.index
     }
@@ -310,8 +335,9 @@ impl Bundle {
         Ok(bytes)
     }
 
-    /// Reads and checks every blob.
+    /// Checks the whole lock ([`Bundle::check_lock`]), then reads and checks every blob.
     pub fn verify_all(&self) -> Result<()> {
+        self.check_lock()?;
         for b in &self.index.blobs {
             self.read_blob(&b.digest, Some(b.size))?;
         }

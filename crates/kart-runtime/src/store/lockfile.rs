@@ -263,32 +263,6 @@ impl Lockfile {
         Ok(lock)
     }
 
-    /// The record of one artifact in the lock at `path` (`None` also when there is no
-    /// lock), without parsing the whole lock: its text is cut at the `[[artifact]]`
-    /// headers, and only the records that begin with this kernel, target and kind, as
-    /// `kart build` writes them, are parsed and validated. When that finds nothing (no
-    /// such record, an older version, a lock laid out by hand) the whole lock is parsed
-    /// and searched, so the answer is [`Lockfile::find`]'s either way.
-    pub fn read_one(
-        path: &Path,
-        shown: &Path,
-        kernel: &str,
-        config: &Config,
-        target: &str,
-        kind: ArtifactKind,
-    ) -> Result<Option<LockedArtifact>> {
-        if !path.exists() {
-            return Ok(None);
-        }
-        let text = read_text(path, crate::text::Limit::LOCK)?;
-        if let Some(found) = record_in_text(&text, (kernel, config, target, kind)) {
-            return Ok(Some(found));
-        }
-        Ok(Lockfile::parse(&text, shown)?
-            .find(kernel, config, target, kind)
-            .cloned())
-    }
-
     /// The lock's text.
     pub fn to_text(&self) -> String {
         // Serializing plain structs of strings and integers cannot fail.
@@ -337,41 +311,6 @@ impl Lockfile {
     }
 }
 
-/// The record with identity `id` in lock text written by this version of kart, found
-/// by parsing only the records that begin with its kernel, target and kind; `None` when
-/// there is none or the text is not laid out as kart writes it.
-fn record_in_text(text: &str, id: (&str, &Config, &str, ArtifactKind)) -> Option<LockedArtifact> {
-    #[derive(Deserialize)]
-    #[serde(deny_unknown_fields)]
-    struct Records {
-        artifact: Vec<LockedArtifact>,
-    }
-    const HEADER: &str = "\n[[artifact]]\n";
-    let (preamble, _) = text.split_once(HEADER)?;
-    let version = format!("version = {LOCK_VERSION}");
-    if !preamble.lines().any(|l| l == version) {
-        return None;
-    }
-    let (kernel, _, target, kind) = id;
-    let start = format!("kernel = \"{kernel}\"\ntarget = \"{target}\"\nkind = \"{kind}\"\n");
-    for chunk in text.split(HEADER).skip(1) {
-        if !chunk.starts_with(&start) {
-            continue;
-        }
-        // The last record ends where the kernels' `[[kernel]]` tables begin.
-        let record = chunk.split("\n[[kernel]]\n").next()?;
-        let parsed: Records = toml::from_str(&format!("[[artifact]]\n{record}")).ok()?;
-        let [artifact] = <[LockedArtifact; 1]>::try_from(parsed.artifact).ok()?;
-        if artifact.validate().is_err() {
-            return None;
-        }
-        if artifact.id() == id {
-            return Some(artifact);
-        }
-    }
-    None
-}
-
 /// `kart.lock` beside the project's `kart.toml`.
 pub fn lock_path(root: &Path) -> PathBuf {
     root.join(LOCK_FILE)
@@ -412,90 +351,6 @@ mod tests {
         assert!(
             back.find("a", &artifact("a", 2).config, "sm_90", ArtifactKind::Cubin)
                 .is_some()
-        );
-    }
-
-    #[test]
-    fn one_record_is_read_as_the_whole_lock_would_find_it() {
-        let dir = tempfile::tempdir().unwrap();
-        let path = dir.path().join(LOCK_FILE);
-        let mut ptx = artifact("a", 2);
-        ptx.kind = ArtifactKind::Ptx;
-        let lock = Lockfile::new(vec![
-            artifact("b", 1),
-            artifact("a", 2),
-            artifact("a", 1),
-            ptx,
-        ])
-        .with_kernels(vec![LockedKernel {
-            name: "b".into(),
-            launch: crate::launch::LaunchText {
-                grid: vec!["1".into()],
-                block: vec!["32".into()],
-                shared_mem: "0".into(),
-                args: BTreeMap::new(),
-                ..Default::default()
-            },
-        }]);
-        let read = |text: &str, kernel: &str, block: i64, kind: ArtifactKind| {
-            std::fs::write(&path, text).unwrap();
-            let config = artifact(kernel, block).config;
-            let one =
-                Lockfile::read_one(&path, Path::new(LOCK_FILE), kernel, &config, "sm_90", kind);
-            let whole = Lockfile::parse(text, Path::new(LOCK_FILE))
-                .map(|l| l.find(kernel, &config, "sm_90", kind).cloned());
-            assert_eq!(one.is_ok(), whole.is_ok());
-            one.ok().flatten()
-        };
-        let text = lock.to_text();
-        for (kernel, block, kind) in [
-            ("a", 1, ArtifactKind::Cubin),
-            ("a", 2, ArtifactKind::Cubin),
-            ("a", 2, ArtifactKind::Ptx),
-            ("b", 1, ArtifactKind::Cubin),
-        ] {
-            let found = read(&text, kernel, block, kind);
-            assert_eq!(
-                found.as_ref(),
-                lock.find(kernel, &artifact(kernel, block).config, "sm_90", kind)
-            );
-            assert!(found.is_some(), "{kernel} {block} {kind}");
-        }
-        assert_eq!(read(&text, "a", 3, ArtifactKind::Cubin), None);
-        assert_eq!(read(&text, "c", 1, ArtifactKind::Cubin), None);
-        // Laid out otherwise (a hand edit): found by the whole parse.
-        let moved = text.replacen(
-            "target = \"sm_90\"\nkind = \"cubin\"\n",
-            "kind = \"cubin\"\ntarget = \"sm_90\"\n",
-            1,
-        );
-        assert!(read(&moved, "a", 1, ArtifactKind::Cubin).is_some());
-        // A malformed record is the whole parse's error, not a silent miss.
-        let bad = text.replacen("size = 100", "size = \"big\"", 1);
-        std::fs::write(&path, &bad).unwrap();
-        let config = artifact("a", 1).config;
-        assert!(
-            Lockfile::read_one(
-                &path,
-                Path::new(LOCK_FILE),
-                "a",
-                &config,
-                "sm_90",
-                ArtifactKind::Cubin
-            )
-            .is_err()
-        );
-        assert!(
-            Lockfile::read_one(
-                &dir.path().join("none"),
-                Path::new(LOCK_FILE),
-                "a",
-                &config,
-                "sm_90",
-                ArtifactKind::Cubin
-            )
-            .unwrap()
-            .is_none()
         );
     }
 

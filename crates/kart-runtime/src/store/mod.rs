@@ -29,6 +29,7 @@ pub mod fsutil;
 pub mod limits;
 pub mod lock_canonical;
 pub mod lockfile;
+pub mod lockindex;
 pub mod projects;
 pub mod sidecar;
 

@@ -1,0 +1,694 @@
+//! `kart.lock` read by what a reader touches: the text cut at its `[[artifact]]`
+//! headers into per-kernel runs at open, a record parsed the first time it is asked
+//! for. The runtime opening one kernel of a lock of 100,000 artifacts and `kart path`
+//! of one artifact read the file once and parse a few records, not all of them.
+//!
+//! At open, for the whole file: its size (the lock's [`Limit`]), the
+//! version line, the header of every record (`kernel = "NAME"` right after
+//! `[[artifact]]`, names sorted), and the `[[kernel]]` tables (each `[launch]` parsed,
+//! with the depth limits of expressions). A lock not laid out as `kart build` writes
+//! it (a hand edit, multi-line strings, tables in another order, an older version) is
+//! parsed whole at open instead, with every check of [`Lockfile::parse`].
+//!
+//! A record is parsed and validated when a lookup touches it; a malformed one found
+//! then is reported with the whole parse's error (file, line and what is wrong, the
+//! same message a whole parse gives). A malformed record that no lookup touches is not
+//! reported by the reader that does not read it: `kart build`, `kart build --locked`
+//! and `kart verify` parse the whole lock and report it.
+
+use std::collections::HashMap;
+use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::ops::Range;
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+use crate::error::Result;
+use crate::launch::LaunchText;
+use crate::model::{ArtifactKind, Config};
+use crate::store::lockfile::{LOCK_VERSION, LockedArtifact, LockedKernel, Lockfile};
+use crate::text::{Limit, read_text};
+
+const RECORD: &str = "\n[[artifact]]\n";
+const KERNEL_TABLE: &str = "\n[[kernel]]\n";
+const CONFIG_TABLE: &str = "\n[artifact.config]\n";
+
+/// A lock, parsed as far as it has been asked. `Send + Sync`: lookups from several
+/// threads parse a record at most a few times and agree on the result.
+#[derive(Debug)]
+pub struct LockIndex {
+    text: String,
+    shown: PathBuf,
+    /// The whole lock, parsed: at open when the text is not laid out as kart writes
+    /// it, else on the first call that needs every record.
+    whole: OnceLock<Lockfile>,
+    /// Where each record and kernel lies; `None` when `whole` was parsed at open.
+    layout: Option<Layout>,
+}
+
+#[derive(Debug)]
+struct Layout {
+    /// Byte offset of each record's `[[artifact]]` line, and the end of the last.
+    starts: Vec<usize>,
+    end: usize,
+    /// Every kernel, sorted by name, with its run of records.
+    kernels: Vec<KernelRun>,
+    /// The `[[kernel]]` tables.
+    tables: Vec<LockedKernel>,
+    /// Each record, once parsed.
+    records: Vec<OnceLock<Box<LockedArtifact>>>,
+}
+
+#[derive(Debug)]
+struct KernelRun {
+    name: Range<usize>,
+    records: Range<usize>,
+    /// Hash of a config's text → its records (and `u64::MAX` → records whose config
+    /// was not found as kart writes it, checked on every lookup).
+    by_config: OnceLock<HashMap<u64, Vec<usize>>>,
+    /// Every record of the kernel, parsed (for listings).
+    all: OnceLock<Vec<LockedArtifact>>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Records {
+    artifact: Vec<LockedArtifact>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Preamble {
+    version: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tables {
+    kernel: Vec<LockedKernel>,
+}
+
+impl LockIndex {
+    /// Reads the lock at `path` (`None` when there is none); `shown` names it in
+    /// messages.
+    pub fn read(path: &Path, shown: &Path) -> Result<Option<LockIndex>> {
+        if !path.exists() {
+            return Ok(None);
+        }
+        let text = read_text(path, Limit::LOCK)?;
+        LockIndex::from_text(text, shown).map(Some)
+    }
+
+    /// Indexes lock text (at most [`Limit::LOCK`] bytes, as [`read_text`] gives it).
+    pub fn from_text(text: String, shown: &Path) -> Result<LockIndex> {
+        let shown = shown.to_path_buf();
+        match layout(&text) {
+            Some(layout) => Ok(LockIndex {
+                text,
+                shown,
+                whole: OnceLock::new(),
+                layout: Some(layout),
+            }),
+            None => {
+                let lock = Lockfile::parse(&text, &shown)?;
+                Ok(LockIndex::from_lockfile(lock, text, shown))
+            }
+        }
+    }
+
+    /// An index over a lock already parsed.
+    pub fn parsed(lock: Lockfile) -> LockIndex {
+        LockIndex::from_lockfile(
+            lock,
+            String::new(),
+            PathBuf::from(crate::store::lockfile::LOCK_FILE),
+        )
+    }
+
+    fn from_lockfile(lock: Lockfile, text: String, shown: PathBuf) -> LockIndex {
+        LockIndex {
+            text,
+            shown,
+            whole: OnceLock::from(lock),
+            layout: None,
+        }
+    }
+
+    /// Whether every record has been parsed (at open or since).
+    pub fn is_whole(&self) -> bool {
+        self.whole.get().is_some()
+    }
+
+    /// The whole lock, parsed and validated on the first call.
+    pub fn whole(&self) -> Result<&Lockfile> {
+        if let Some(lock) = self.whole.get() {
+            return Ok(lock);
+        }
+        let lock = Lockfile::parse(&self.text, &self.shown)?;
+        Ok(self.whole.get_or_init(|| lock))
+    }
+
+    /// The lock's kernels with artifacts, sorted.
+    pub fn kernels(&self) -> Vec<&str> {
+        match &self.layout {
+            Some(l) => l
+                .kernels
+                .iter()
+                .map(|k| &self.text[k.name.clone()])
+                .collect(),
+            None => {
+                let lock = self.whole.get().map_or(&[][..], |l| &l.artifacts[..]);
+                let mut names: Vec<&str> = lock.iter().map(|a| a.kernel.as_str()).collect();
+                names.dedup();
+                names
+            }
+        }
+    }
+
+    /// The `[launch]` of `kernel`, if the lock records one.
+    pub fn launch(&self, kernel: &str) -> Option<&LaunchText> {
+        match &self.layout {
+            Some(l) => l
+                .tables
+                .iter()
+                .find(|k| k.name == kernel)
+                .map(|k| &k.launch),
+            None => self.whole.get().and_then(|lock| lock.launch(kernel)),
+        }
+    }
+
+    /// Every record of `kernel` (empty when the lock has none), parsed on the first call.
+    pub fn records(&self, kernel: &str) -> Result<&[LockedArtifact]> {
+        let Some(l) = &self.layout else {
+            return Ok(self.whole()?.of_kernel(kernel));
+        };
+        let Some(run) = self.run(l, kernel) else {
+            return Ok(&[]);
+        };
+        if let Some(all) = run.all.get() {
+            return Ok(all);
+        }
+        match self.parse_run(l, run) {
+            Some(all) => Ok(run.all.get_or_init(|| all)),
+            None => Ok(self.whole()?.of_kernel(kernel)),
+        }
+    }
+
+    /// The records of one (kernel, config), one per target and kind, sorted (empty
+    /// when there are none): only the records whose config reads as this one's are
+    /// parsed.
+    pub fn of_config(&self, kernel: &str, config: &Config) -> Result<Vec<&LockedArtifact>> {
+        if let Some(l) = &self.layout
+            && let Some(found) = self.lazy_of_config(l, kernel, config)
+        {
+            return Ok(found);
+        }
+        if self.layout.is_some() && self.whole.get().is_none() {
+            // Not found as kart writes it: the kernel's records, all parsed, decide.
+            return Ok(self
+                .records(kernel)?
+                .iter()
+                .filter(|a| a.config == *config)
+                .collect());
+        }
+        Ok(self.whole()?.of_config(kernel, config).iter().collect())
+    }
+
+    /// The record of this identity.
+    pub fn find(
+        &self,
+        kernel: &str,
+        config: &Config,
+        target: &str,
+        kind: ArtifactKind,
+    ) -> Result<Option<&LockedArtifact>> {
+        Ok(self
+            .of_config(kernel, config)?
+            .into_iter()
+            .find(|a| a.target == target && a.kind == kind))
+    }
+
+    fn run<'a>(&self, l: &'a Layout, kernel: &str) -> Option<&'a KernelRun> {
+        l.kernels
+            .binary_search_by(|k| self.text[k.name.clone()].cmp(kernel))
+            .ok()
+            .map(|i| &l.kernels[i])
+    }
+
+    fn record_text(&self, l: &Layout, i: usize) -> Range<usize> {
+        l.starts[i]..l.starts.get(i + 1).copied().unwrap_or(l.end)
+    }
+
+    /// Record `i`, parsed and validated; `None` when it does not read as one record
+    /// of its kernel (the caller falls back to the whole parse).
+    fn record<'a>(
+        &'a self,
+        l: &'a Layout,
+        run: &KernelRun,
+        i: usize,
+    ) -> Option<&'a LockedArtifact> {
+        if let Some(a) = l.records[i].get() {
+            return Some(a);
+        }
+        let range = self.record_text(l, i);
+        let mut parsed = self.parse_records(range)?;
+        if parsed.len() != 1 || parsed[0].kernel != self.text[run.name.clone()] {
+            return None;
+        }
+        let a = parsed.pop()?;
+        Some(l.records[i].get_or_init(|| Box::new(a)))
+    }
+
+    fn parse_records(&self, range: Range<usize>) -> Option<Vec<LockedArtifact>> {
+        // Only a lock of this version is laid out lazily (see `layout`): derived
+        // params, which need version 2, are allowed.
+        let records: Records = toml::from_str(&self.text[range]).ok()?;
+        records
+            .artifact
+            .iter()
+            .all(|a| a.validate().is_ok())
+            .then_some(records.artifact)
+    }
+
+    fn parse_run(&self, l: &Layout, run: &KernelRun) -> Option<Vec<LockedArtifact>> {
+        if run.records.is_empty() {
+            return Some(Vec::new());
+        }
+        let start = l.starts[run.records.start];
+        let end = self.record_text(l, run.records.end - 1).end;
+        let all = self.parse_records(start..end)?;
+        let ordered = all.len() == run.records.len()
+            && all.iter().all(|a| a.kernel == self.text[run.name.clone()])
+            && all.windows(2).all(|w| w[0].id() < w[1].id());
+        ordered.then_some(all)
+    }
+
+    fn lazy_of_config<'a>(
+        &'a self,
+        l: &'a Layout,
+        kernel: &str,
+        config: &Config,
+    ) -> Option<Vec<&'a LockedArtifact>> {
+        let Some(run) = self.run(l, kernel) else {
+            return Some(Vec::new());
+        };
+        let map = run.by_config.get_or_init(|| self.configs_of(l, run));
+        let key = config_hash(&config_text(config)?);
+        let mut found = Vec::new();
+        for &i in map.get(&key).into_iter().chain(map.get(&UNKNOWN)).flatten() {
+            let a = self.record(l, run, i)?;
+            if a.config == *config {
+                found.push(a);
+            }
+        }
+        if found.is_empty() {
+            return None;
+        }
+        // What the whole parse checks of these records: sorted, none repeated.
+        found.sort_by(|a, b| a.id().cmp(&b.id()));
+        found
+            .windows(2)
+            .all(|w| w[0].id() < w[1].id())
+            .then_some(found)
+    }
+
+    fn configs_of(&self, l: &Layout, run: &KernelRun) -> HashMap<u64, Vec<usize>> {
+        let mut map: HashMap<u64, Vec<usize>> = HashMap::new();
+        for i in run.records.clone() {
+            let text = &self.text[self.record_text(l, i)];
+            let key = text
+                .find(CONFIG_TABLE)
+                .map(|at| {
+                    let body = &text[at + CONFIG_TABLE.len()..];
+                    let body = body.find("\n[").map_or(body, |end| &body[..end]);
+                    config_hash(body.trim_end())
+                })
+                .unwrap_or(UNKNOWN);
+            map.entry(key).or_default().push(i);
+        }
+        map
+    }
+}
+
+/// The bucket of records whose config table was not found where kart writes it.
+const UNKNOWN: u64 = u64::MAX;
+
+fn config_hash(text: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    text.hash(&mut h);
+    // A hash equal to the bucket of unknowns only costs parsing those records too.
+    h.finish()
+}
+
+/// A config's table body as `kart build` writes it (`A = 7\nB = "x"`).
+fn config_text(config: &Config) -> Option<String> {
+    toml::to_string(config)
+        .ok()
+        .map(|t| t.trim_end().to_string())
+}
+
+/// Where the records and kernels of lock text lie, if it is laid out as this kart's
+/// `kart build` writes it; `None` sends the reader to the whole parse.
+fn layout(text: &str) -> Option<Layout> {
+    // Single-line strings cannot hold a newline, so every `[[artifact]]` line is a
+    // header when no multi-line string exists.
+    if text.contains("\"\"\"") || text.contains("'''") {
+        return None;
+    }
+    let starts: Vec<usize> = text.match_indices(RECORD).map(|(at, _)| at + 1).collect();
+    let last = starts.last().copied().unwrap_or(0);
+    let tables_at = text.find(KERNEL_TABLE).map(|at| at + 1);
+    if tables_at.is_some_and(|t| t < last) {
+        return None;
+    }
+    let end = tables_at.unwrap_or(text.len());
+    let head_end = starts.first().copied().unwrap_or(end);
+    let preamble: Preamble = toml::from_str(&text[..head_end]).ok()?;
+    if preamble.version != LOCK_VERSION {
+        return None;
+    }
+    let tables = match tables_at {
+        Some(at) => {
+            let tables: Tables = toml::from_str(&text[at..]).ok()?;
+            for k in &tables.kernel {
+                if !crate::untrusted::is_c_identifier(&k.name)
+                    || crate::launch::LaunchSpec::from_text(&k.launch).is_err()
+                {
+                    return None;
+                }
+            }
+            tables.kernel
+        }
+        None => Vec::new(),
+    };
+    let mut kernels: Vec<KernelRun> = Vec::new();
+    for (i, &start) in starts.iter().enumerate() {
+        let line = &text[start + RECORD.len() - 1..];
+        let name = line.strip_prefix("kernel = \"")?;
+        let len = name.find('"')?;
+        let name_at = text.len() - name.len();
+        let name = &name[..len];
+        if !crate::untrusted::is_c_identifier(name) || !text[name_at + len..].starts_with("\"\n") {
+            return None;
+        }
+        match kernels.last_mut() {
+            Some(k) if &text[k.name.clone()] == name => k.records.end = i + 1,
+            Some(k) if &text[k.name.clone()] > name => return None,
+            _ => kernels.push(KernelRun {
+                name: name_at..name_at + len,
+                records: i..i + 1,
+                by_config: OnceLock::new(),
+                all: OnceLock::new(),
+            }),
+        }
+    }
+    let records = (0..starts.len()).map(|_| OnceLock::new()).collect();
+    Some(Layout {
+        starts,
+        end,
+        kernels,
+        tables,
+        records,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::BTreeMap;
+
+    use super::*;
+    use crate::cubin::EntryInfo;
+    use crate::error::Error;
+    use crate::model::ParamValue;
+    use crate::store::lockfile::LOCK_FILE;
+
+    fn artifact(kernel: &str, config: Config, target: &str, kind: ArtifactKind) -> LockedArtifact {
+        let seed = format!("{kernel}{config}{target}{kind}");
+        LockedArtifact {
+            kernel: kernel.into(),
+            config,
+            target: target.into(),
+            kind,
+            key: crate::digest::sha256_hex(format!("key {seed}").as_bytes()),
+            digest: crate::digest::sha256_hex(seed.as_bytes()),
+            size: 100 + seed.len() as u64,
+            nvcc: "13.0.88".into(),
+            entries: vec![EntryInfo {
+                name: kernel.into(),
+                registers: 32,
+                params: vec![8, 4],
+                ..EntryInfo::default()
+            }],
+            derived: BTreeMap::new(),
+        }
+    }
+
+    fn launch(grid: &str) -> crate::launch::LaunchText {
+        crate::launch::LaunchText {
+            grid: vec![grid.into()],
+            block: vec!["32".into()],
+            shared_mem: "0".into(),
+            args: BTreeMap::new(),
+        }
+    }
+
+    /// A lock of a few kernels over int and identifier params, several targets, PTX
+    /// and derived params, from a fixed pseudo-random sequence.
+    fn generated(seed: u64) -> Lockfile {
+        let mut state = seed;
+        let mut next = move |n: u64| {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            (state >> 33) % n
+        };
+        let mut artifacts = Vec::new();
+        for kernel in ["attn", "gemm", "gemm_v2", "tiny"] {
+            for _ in 0..(5 + next(20)) {
+                let mut config: BTreeMap<String, ParamValue> = BTreeMap::new();
+                config.insert("BLOCK".into(), ParamValue::Int(1 << next(8)));
+                if next(2) == 0 {
+                    config.insert("A".into(), ParamValue::Int(next(1000) as i64 - 500));
+                }
+                if kernel != "tiny" {
+                    let dtype = ["f16", "bf16", "f32"][next(3) as usize];
+                    config.insert("DTYPE".into(), ParamValue::Ident(dtype.into()));
+                }
+                let config = Config(config);
+                for target in ["sm_80", "sm_90", "sm_90a"] {
+                    if next(3) == 0 {
+                        continue;
+                    }
+                    let mut a = artifact(kernel, config.clone(), target, ArtifactKind::Cubin);
+                    if next(4) == 0 {
+                        a.derived.insert("STAGES".into(), next(5) as i64);
+                    }
+                    artifacts.push(a);
+                }
+                if next(5) == 0 {
+                    artifacts.push(artifact(kernel, config, "sm_80", ArtifactKind::Ptx));
+                }
+            }
+        }
+        Lockfile::new(artifacts).with_kernels(vec![
+            LockedKernel {
+                name: "gemm".into(),
+                launch: launch("M / BLOCK"),
+            },
+            LockedKernel {
+                name: "tiny".into(),
+                launch: launch("1"),
+            },
+        ])
+    }
+
+    #[test]
+    fn lookups_of_a_lazily_read_lock_answer_as_the_whole_parse() {
+        for seed in 1..=12 {
+            let lock = generated(seed);
+            let text = lock.to_text();
+            let index = LockIndex::from_text(text.clone(), Path::new(LOCK_FILE)).unwrap();
+            assert!(
+                !index.is_whole(),
+                "seed {seed}: kart's own layout is read lazily"
+            );
+            let mut names: Vec<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
+            names.dedup();
+            assert_eq!(index.kernels(), names);
+            // Every config present, and configs that are not (another kernel's, a
+            // param changed), asked in an order of their own.
+            let mut asked: Vec<(String, Config)> = lock
+                .artifacts
+                .iter()
+                .map(|a| (a.kernel.clone(), a.config.clone()))
+                .collect();
+            asked.dedup();
+            let more: Vec<(String, Config)> = asked
+                .iter()
+                .map(|(k, c)| {
+                    let mut c = c.clone();
+                    c.0.insert("BLOCK".into(), ParamValue::Int(3));
+                    (k.clone(), c)
+                })
+                .chain([("none".to_string(), Config::default())])
+                .collect();
+            asked.extend(more);
+            asked.reverse();
+            for (kernel, config) in &asked {
+                let lazy: Vec<&LockedArtifact> = index.of_config(kernel, config).unwrap();
+                let whole: Vec<&LockedArtifact> = lock.of_config(kernel, config).iter().collect();
+                assert_eq!(lazy, whole, "seed {seed}: {kernel}[{config}]");
+                for a in &whole {
+                    assert_eq!(
+                        index.find(kernel, config, &a.target, a.kind).unwrap(),
+                        Some(*a)
+                    );
+                }
+            }
+            assert!(
+                !index.is_whole(),
+                "seed {seed}: lookups parse only what they touch"
+            );
+            for kernel in ["attn", "gemm", "gemm_v2", "tiny", "nope"] {
+                assert_eq!(index.records(kernel).unwrap(), lock.of_kernel(kernel));
+                assert_eq!(index.launch(kernel), lock.launch(kernel));
+            }
+            assert_eq!(index.whole().unwrap(), &lock);
+        }
+    }
+
+    #[test]
+    fn locks_laid_out_otherwise_are_parsed_whole_at_open() {
+        let lock = generated(7);
+        let text = lock.to_text();
+        let some = &lock.artifacts[3];
+        // A hand edit moving a field, an older version, a multi-line string: each is
+        // read whole, and answers the same.
+        let first = &lock.artifacts[0];
+        let moved = text.replacen(
+            &format!(
+                "kernel = \"{}\"\ntarget = \"{}\"\n",
+                first.kernel, first.target
+            ),
+            &format!(
+                "target = \"{}\"\nkernel = \"{}\"\n",
+                first.target, first.kernel
+            ),
+            1,
+        );
+        assert_ne!(moved, text);
+        let older = text.replacen("version = 3", "version = 2", 1);
+        let multiline = text.replacen("nvcc = \"13.0.88\"", "nvcc = \"\"\"13.0.88\"\"\"", 1);
+        for edited in [moved, older, multiline] {
+            let index = LockIndex::from_text(edited, Path::new(LOCK_FILE)).unwrap();
+            assert!(index.is_whole());
+            let found = index.find(&some.kernel, &some.config, &some.target, some.kind);
+            assert_eq!(found.unwrap(), Some(some));
+        }
+        // A lock the whole parse refuses is refused at open, as before.
+        let unsorted = text.replacen("kernel = \"attn\"", "kernel = \"zzz\"", 1);
+        let err = LockIndex::from_text(unsorted, Path::new(LOCK_FILE)).unwrap_err();
+        assert!(err.to_string().contains("out of order"), "{err}");
+    }
+
+    #[test]
+    fn a_malformed_record_fails_when_touched_with_its_line_and_not_elsewhere() {
+        let lock = generated(3);
+        let text = lock.to_text();
+        let victim = lock.of_kernel("gemm")[0].clone();
+        let bad_digest = format!("digest = \"{}\"", victim.digest);
+        let bad = text.replacen(&bad_digest, "digest = \"../../etc/passwd\"", 1);
+        let line = bad.lines().position(|l| l.contains("etc/passwd")).unwrap() + 1;
+        let index = LockIndex::from_text(bad, Path::new(LOCK_FILE)).unwrap();
+        // Another kernel: found, the malformed record not read.
+        let other = &lock.of_kernel("tiny")[0];
+        assert_eq!(
+            index
+                .find(&other.kernel, &other.config, &other.target, other.kind)
+                .unwrap(),
+            Some(other)
+        );
+        assert_eq!(index.records("attn").unwrap(), lock.of_kernel("attn"));
+        // Its config: refused, naming the file, the record's line and what is wrong.
+        let err = index.of_config("gemm", &victim.config).unwrap_err();
+        let Error::InvalidFile {
+            path,
+            line: at,
+            message,
+            ..
+        } = &err
+        else {
+            panic!("{err}")
+        };
+        assert_eq!(path, Path::new(LOCK_FILE));
+        assert!(message.contains("64 lower-case hex"), "{message}");
+        // The whole parse points at the record's `[[artifact]]` header.
+        assert!(
+            *at <= line && line - at < 8,
+            "error at line {at}, digest at {line}"
+        );
+        assert!(index.records("gemm").is_err());
+        assert!(index.whole().is_err());
+        // A record that is not TOML: the same, with the parser's line.
+        let broken = text.replacen(&bad_digest, "digest = [", 1);
+        let index = LockIndex::from_text(broken, Path::new(LOCK_FILE)).unwrap();
+        assert!(
+            index
+                .find(&other.kernel, &other.config, &other.target, other.kind)
+                .is_ok()
+        );
+        let err = index.of_config("gemm", &victim.config).unwrap_err();
+        assert!(
+            matches!(err, Error::InvalidFile { line, .. } if line > 5),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn one_record_is_read_from_a_file_as_the_whole_lock_would_find_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(LOCK_FILE);
+        assert!(
+            LockIndex::read(&path, Path::new(LOCK_FILE))
+                .unwrap()
+                .is_none()
+        );
+        let lock = generated(5);
+        std::fs::write(&path, lock.to_text()).unwrap();
+        let index = LockIndex::read(&path, Path::new(LOCK_FILE))
+            .unwrap()
+            .unwrap();
+        for a in &lock.artifacts {
+            assert_eq!(
+                index.find(&a.kernel, &a.config, &a.target, a.kind).unwrap(),
+                Some(a)
+            );
+        }
+        let a = &lock.artifacts[0];
+        assert_eq!(
+            index.find(&a.kernel, &a.config, "sm_100", a.kind).unwrap(),
+            None
+        );
+    }
+
+    #[test]
+    fn the_index_is_shared_across_threads() {
+        fn send_sync<T: Send + Sync>() {}
+        send_sync::<LockIndex>();
+        send_sync::<crate::runtime::Runtime>();
+        let lock = generated(9);
+        let index = LockIndex::from_text(lock.to_text(), Path::new(LOCK_FILE)).unwrap();
+        std::thread::scope(|s| {
+            for t in 0..4 {
+                let (index, lock) = (&index, &lock);
+                s.spawn(move || {
+                    for a in lock.artifacts.iter().skip(t) {
+                        let found = index.find(&a.kernel, &a.config, &a.target, a.kind);
+                        assert_eq!(found.unwrap(), Some(a));
+                    }
+                });
+            }
+        });
+    }
+}

@@ -473,10 +473,75 @@ def _check_driver_floor(lib, artifact):
         )
 
 
+# --- The data: artifact records and cubins, kept in comment lines at the end of this
+# file (which Python's compiler skips and a .pyc does not hold) and read on first use:
+# importing costs nothing per artifact, load() reads the records once (not the
+# cubins), and a launcher's first call reads and decodes only its own cubin.
+
+_records_lock = threading.Lock()
+_by_config = {}  # 'kernel {"A":1}' -> [line, ...] once the records are read
+_all_records = []  # every record, once something lists them
+
+
+def _data(offset, length):
+    """`length` bytes of this file at `offset` (counted from its start)."""
+    try:
+        with open(__file__, "rb") as f:
+            f.seek(offset)
+            data = f.read(length)
+    except (OSError, TypeError) as e:
+        raise KartError(f"cannot read the exported data in {__file__}: {e}; "
+                        "ship the module's .py file itself (its data is in its comments)") from e
+    if len(data) != length:
+        raise KartError(f"{__file__} is shorter than its header says: export the module again")
+    return data
+
+
+def _record_lines():
+    """The records' lines, indexed by kernel and config (read once)."""
+    with _records_lock:
+        if not _by_config:
+            block = _data(_DATA_AT, _BLOBS_AT - _DATA_AT)
+            if not block.startswith(b"#R "):
+                raise KartError(f"{__file__}: no artifact records where its header says; export the module again")
+            for line in block.splitlines():
+                key, _, record = line[3:].partition(b"\t")
+                _by_config.setdefault(key, []).append(record)
+        return _by_config
+
+
+def _config_key(kernel, config):
+    return f"{kernel} {json.dumps(dict(sorted(config.items())), separators=(',', ':'))}".encode()
+
+
+def _matching(kernel, config):
+    """The records of (kernel, config): one per target."""
+    found = [json.loads(r) for r in _record_lines().get(_config_key(kernel, config), [])]
+    if found:
+        return found
+    # A config spelled otherwise (True for 1, say): compared as before, record by record.
+    return [a for a in _artifacts() if a["kernel"] == kernel and a["config"] == config]
+
+
+def _artifacts():
+    """Every exported record (parsed once, when something lists them all)."""
+    lines = _record_lines()
+    with _records_lock:
+        if not _all_records:
+            _all_records.extend(json.loads(r) for records in lines.values() for r in records)
+        return _all_records
+
+
 def _cubin(artifact):
     """The embedded cubin, decompressed and checked against its sha256 before any
     driver sees it (the driver loads corrupted cubins without complaint)."""
-    data = zlib.decompress(base64.b64decode(_BLOBS[artifact["sha256"]]))
+    offset, length = artifact["blob"]
+    try:
+        data = zlib.decompress(base64.b64decode(_data(_BLOBS_AT + offset, length), validate=True))
+    except (ValueError, zlib.error) as e:
+        raise KartError(
+            f"the embedded cubin of {_describe(artifact)} is corrupt: {e}; export the module again"
+        ) from e
     actual = hashlib.sha256(data).hexdigest()
     if len(data) != artifact["size"] or actual != artifact["sha256"]:
         raise KartError(
@@ -1233,7 +1298,7 @@ def torch_op(kernel, mutates, problem=(), name=None, **config):
     """
     import torch
 
-    sample = next((a for a in _ARTIFACTS if a["kernel"] == kernel), None)
+    sample = next((a for a in _artifacts() if a["kernel"] == kernel), None)
     if sample is None:
         raise KartError(f"no kernel {kernel!r} was exported")
     info = sample["entries"][0]
@@ -1294,7 +1359,7 @@ def _dims(value, what):
 def kernels():
     """{kernel: [config, ...]} of everything exported."""
     out = {}
-    for a in _ARTIFACTS:
+    for a in _artifacts():
         configs = out.setdefault(a["kernel"], [])
         if a["config"] not in configs:
             configs.append(a["config"])
@@ -1308,7 +1373,7 @@ def load(kernel, entry=None, **config):
     default = (_TUNE_SPEC.get(kernel) or {}).get("default") or {}
     if default and set(config) != set(default):
         config = {**default, **config}
-    matching = [a for a in _ARTIFACTS if a["kernel"] == kernel and a["config"] == config]
+    matching = _matching(kernel, config)
     if not matching:
         known = kernels()
         if kernel not in known:
@@ -1342,7 +1407,7 @@ def preload(device=0):
     loaded = 0
     for kernel, configs in kernels().items():
         for config in configs:
-            first = next(a for a in _ARTIFACTS if a["kernel"] == kernel and a["config"] == config)
+            first = _matching(kernel, config)[0]
             for entry in first["entries"]:
                 try:
                     load(kernel, entry=entry["name"], **config).load_now(device)
@@ -1464,9 +1529,8 @@ def _best_uncached(kernel, gpu, problem, capability=lambda: _device_capability(0
     device = capability()
     targets = {}
     for k, config in defaults:
-        for a in _ARTIFACTS:
-            if a["kernel"] == k and a["config"] == config:
-                targets.setdefault(a["target"], (k, config))
+        for a in _matching(k, config):
+            targets.setdefault(a["target"], (k, config))
     chosen = _resolve(device, list(targets))
     if chosen is None:
         raise NoCubinForThisGPU(f"no exported cubin of {', '.join(family)} runs on a GPU of compute capability "

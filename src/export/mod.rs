@@ -3,6 +3,13 @@
 //! so a Python program gets launchable kernels at import time without kart, nvcc,
 //! NVRTC or any JIT. The loader's code is `export/loader.py`, verbatim; kart writes a
 //! header above it and the data below it.
+//!
+//! The artifact records and the cubins are comment lines at the end of the module
+//! (`#R KERNEL CONFIG<tab>RECORD`, then `#B BASE64`), at byte offsets the code names
+//! (`_DATA_AT`, `_BLOBS_AT`, each record's `blob`): Python's compiler skips them and a
+//! `.pyc` does not hold them, so importing a module of 10,000 configs builds nothing
+//! per artifact; `load()` reads the records' lines once and parses the few it needs,
+//! and a cubin is read, decoded and checked when its launcher is first called.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -18,6 +25,10 @@ use crate::project::Project;
 use crate::store::Store;
 use crate::store::lockfile::{LockedArtifact, Lockfile};
 use crate::target::TargetArch;
+
+/// The line above the data: records, then cubins, read by the loader at the offsets
+/// above it.
+const DATA_MARK: &str = "# --- Data (read by the loader at _DATA_AT and _BLOBS_AT; not code): one artifact record\n# a line (kernel, config, then the record as JSON), then one cubin a line (zlib, base64).\n";
 
 /// The loader, written into every exported module.
 const LOADER: &str = include_str!("loader.py");
@@ -263,13 +274,17 @@ the driver sees it, then loaded once per CUDA context.
     );
     out.push_str(LOADER);
     out.push_str(&format!(
-        "\nKART_VERSION = {}\nLOCK_SHA256 = {}\nKERNELS = {}\nEXPORTED_BY = {}\n\n_ARTIFACTS = [\n",
+        "\nKART_VERSION = {}\nLOCK_SHA256 = {}\nKERNELS = {}\nEXPORTED_BY = {}\n\n",
         json!(env!("CARGO_PKG_VERSION")),
         json!(lock_sha256),
         json!(kernels),
         json!(command),
     ));
-    let mut blobs: BTreeMap<&str, String> = BTreeMap::new();
+    // Each distinct blob once, a line each: `#B ` and its base64, at `offset` from the
+    // blobs' first line.
+    let mut blobs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
+    let mut blob_lines = String::new();
+    let mut records = String::new();
     for a in artifacts {
         // A list, in the kernel's declared order: the first entry is `load()`'s default.
         let mut entries = Vec::new();
@@ -291,8 +306,23 @@ the driver sees it, then loaded once per CUDA context.
             }
             entries.push(serde_json::Value::Object(info));
         }
+        if !blobs.contains_key(a.digest.as_str()) {
+            let bytes = store.read_blob(&a.digest, Some(a.size))?;
+            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
+            let compressed = match z.write_all(&bytes) {
+                Ok(()) => z.finish(),
+                Err(e) => Err(e),
+            }
+            .map_err(|e| Error::usage(format!("cannot compress a cubin: {e}"), None))?;
+            let text = base64::engine::general_purpose::STANDARD.encode(compressed);
+            let at = blob_lines.len() as u64 + 3;
+            blobs.insert(&a.digest, (at, text.len() as u64));
+            blob_lines.push_str(&format!("#B {text}\n"));
+        }
         let config = config_json(&a.config);
-        // JSON of strings, numbers, lists and objects is also a Python literal.
+        let key = format!("{} {}", a.kernel, serde_json::Value::Object(config.clone()));
+        let (at, len) = blobs[a.digest.as_str()];
+        // serde_json escapes control characters: a record is one line, with no tab.
         let record = json!({
             "kernel": a.kernel,
             "config": config,
@@ -302,23 +332,10 @@ the driver sees it, then loaded once per CUDA context.
             "nvcc": a.nvcc,
             "entries": entries,
             "derived": a.derived,
+            "blob": [at, len],
         });
-        out.push_str(&format!("    {record},\n"));
-        if !blobs.contains_key(a.digest.as_str()) {
-            let bytes = store.read_blob(&a.digest, Some(a.size))?;
-            let mut z = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::best());
-            let compressed = match z.write_all(&bytes) {
-                Ok(()) => z.finish(),
-                Err(e) => Err(e),
-            }
-            .map_err(|e| Error::usage(format!("cannot compress a cubin: {e}"), None))?;
-            blobs.insert(
-                &a.digest,
-                base64::engine::general_purpose::STANDARD.encode(compressed),
-            );
-        }
+        records.push_str(&format!("#R {key}\t{record}\n"));
     }
-    out.push_str("]\n\n");
     // [launch] of each exported kernel that declares one.
     out.push_str(
         "# kernel -> its [launch] geometry (kernel.toml), evaluated by launch().\n_LAUNCH = {\n",
@@ -372,16 +389,17 @@ the driver sees it, then loaded once per CUDA context.
             out.push_str(&format!("    {record},\n"));
         }
     }
-    out.push_str("]\n\n# sha256 -> the cubin, zlib-compressed, base64.\n_BLOBS = {\n");
-    for (digest, text) in blobs {
-        out.push_str(&format!("    {}: (\n", json!(digest)));
-        for chunk in text.as_bytes().chunks(88) {
-            // base64 is ASCII, so any chunk is valid UTF-8.
-            out.push_str(&format!("        \"{}\"\n", String::from_utf8_lossy(chunk)));
-        }
-        out.push_str("    ),\n");
-    }
-    out.push_str("}\n");
+    out.push_str("]\n\n");
+    // Offsets of fixed width, so that the text before the data has its final length.
+    let offsets = |data_at: usize, blobs_at: usize| {
+        format!("_DATA_AT = 0x{data_at:016x}\n_BLOBS_AT = 0x{blobs_at:016x}\n{DATA_MARK}")
+    };
+    let data_at = out.len() + offsets(0, 0).len();
+    let blobs_at = data_at + records.len();
+    out.push_str(&offsets(data_at, blobs_at));
+    debug_assert_eq!(out.len(), data_at);
+    out.push_str(&records);
+    out.push_str(&blob_lines);
     Ok(out)
 }
 

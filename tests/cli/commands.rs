@@ -44,6 +44,51 @@ fn kart_init_writes_the_smoke_kernel_the_repository_locks() {
     assert_eq!(digests(&made), digests(&repo));
 }
 
+/// A module of 200 configs reads its data on first use: importing it reads no record,
+/// load() one config's records and no cubin, and a corrupted cubin fails only its own
+/// decode (tests/python/check_export_lazy.py).
+#[test]
+fn an_exported_module_of_hundreds_of_configs_imports_without_reading_its_cubins() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/tiny/tiny.cu",
+        "template <int A, int B>\n__global__ void tiny(int* out) { out[threadIdx.x] = A * 1000 + B; }\n",
+    );
+    let values = |n: i64| (0..n).map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+    p.write(
+        "kernels/tiny/kernel.toml",
+        &format!(
+            "name = \"tiny\"\nsources = [\"tiny.cu\"]\nentry = [\"tiny<A, B>\"]\n[params]\nA = [{}]\nB = [{}]\n",
+            values(10),
+            values(20)
+        ),
+    );
+    p.ok(&["build"]);
+    let module = p.root().join("tiny_kernels.py");
+    let out = p.ok(&[
+        "export",
+        "--python",
+        "--all-configs",
+        "-o",
+        module.to_str().unwrap(),
+        "tiny",
+    ]);
+    assert!(stderr(&out).contains("200 cubins"), "{}", text(&out));
+    let repo = crate::harness::repo_root();
+    let check = std::process::Command::new("python3")
+        .arg(repo.join("tests/python/check_export_lazy.py"))
+        .arg(&module)
+        .args(["tiny", "A=3", "B=7"])
+        .output()
+        .unwrap();
+    assert!(check.status.success(), "{}", text(&check));
+    assert!(
+        stdout(&check).contains("all checks passed"),
+        "{}",
+        text(&check)
+    );
+}
+
 #[test]
 fn exports_a_python_module_that_imports_without_a_gpu_and_checks_everything() {
     let p = TestProject::new(&["sm_80", "sm_90"]);

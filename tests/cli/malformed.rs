@@ -633,3 +633,53 @@ fn expressions_100000_levels_deep_are_errors_at_their_line_not_a_crash() {
     );
     assert!(stderr(&out).contains("nests more than"), "{}", text(&out));
 }
+
+/// The runtime parses the records a lookup touches: a malformed record of another
+/// kernel does not stop a program loading this one, and a lookup that touches it is
+/// refused with the file, the line and what is wrong, as `kart build --locked` refuses
+/// the whole lock.
+#[test]
+fn the_runtime_reports_a_malformed_lock_record_when_touched_and_only_then() {
+    use kart::model::{Config, ParamValue};
+    use kart::resolve::{Capability, JitPolicy};
+    let p = TestProject::new(&["sm_90"]);
+    p.kernel("good", "out[0] = A;", "[params]\nA = [1, 2]\n");
+    p.kernel("other", "out[0] = A + 1;", "[params]\nA = [1, 2]\n");
+    p.ok(&["build"]);
+    let lock = p.read("kart.lock");
+    let other = lock.find("kernel = \"other\"").unwrap();
+    let digest = other + lock[other..].find("digest = \"").unwrap();
+    let line = lock[..digest].lines().count() + 1;
+    let bad = format!(
+        "{}digest = \"not hex\"{}",
+        &lock[..digest],
+        &lock[digest..][75..]
+    );
+    p.write("kart.lock", &bad);
+    let h100 = Capability { major: 9, minor: 0 };
+    let config = |a: i64| Config([("A".to_string(), ParamValue::Int(a))].into());
+    let rt = kart::runtime::Runtime::open(p.root()).expect("opens: no record read yet");
+    let a = rt
+        .select("good", &config(2), h100, JitPolicy::Forbid)
+        .unwrap();
+    let bytes = rt.blobs().read_blob(&a.digest, Some(a.size)).unwrap();
+    assert_eq!(kart::digest::sha256_hex(&bytes), a.digest);
+    assert_eq!(rt.kernels(), ["good", "other"]);
+    let err = rt
+        .select("other", &config(1), h100, JitPolicy::Forbid)
+        .unwrap_err()
+        .to_string();
+    assert!(err.contains("64 lower-case hex"), "{err}");
+    // The whole parse points at the record's `[[artifact]]` header, a few lines above.
+    let at: usize = err
+        .split("kart.lock:")
+        .nth(1)
+        .and_then(|rest| rest.split(':').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no kart.lock:LINE in {err}"));
+    assert!(at < line && line - at < 10, "{err} (digest on line {line})");
+    assert!(rt.lock().is_err());
+    let out = p.kart(&["build", "--locked"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(stderr(&out).contains("64 lower-case hex"), "{}", text(&out));
+}

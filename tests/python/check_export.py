@@ -8,12 +8,10 @@ tables of cases (the same ones kart's own tests use), computes [launch] geometry
 that bad calls are refused before the driver is touched and that a corrupted embedded
 cubin is refused. Prints one line per check; exits 1 on the first failure.
 """
-import base64
 import hashlib
 import importlib.util
 import json
 import sys
-import zlib
 
 
 def main(module_path, cases_path, lock_path, expr_path):
@@ -234,18 +232,46 @@ def main(module_path, cases_path, lock_path, expr_path):
     except mod.KartError as e:
         check(f"without a driver, a clear error: {e}", "no CUDA driver" in str(e) or "CUDA error" in str(e))
 
-    for artifact in mod._ARTIFACTS:
+    for artifact in mod._artifacts():
         check(f"embedded {artifact['target']} cubin verifies", len(mod._cubin(artifact)) == artifact["size"])
-    artifact = mod._ARTIFACTS[0]
-    data = bytearray(zlib.decompress(base64.b64decode(mod._BLOBS[artifact["sha256"]])))
-    data[len(data) // 2] ^= 0xFF
-    mod._BLOBS[artifact["sha256"]] = base64.b64encode(zlib.compress(bytes(data)))
-    try:
-        mod._cubin(artifact)
-        check("a corrupted embedded cubin is refused", False)
-    except mod.KartError as e:
-        check("a corrupted embedded cubin is refused", "corrupt" in str(e), e)
+    check_corrupted_copy(module_path, mod._artifacts(), check)
     print("all checks passed")
+
+
+def check_corrupted_copy(module_path, artifacts, check):
+    """One character of one embedded cubin changed in a copy of the module: importing
+    it reads no record, load() of that cubin's config still works (nothing decoded),
+    the other cubins verify, and that one is refused with a clear message."""
+    import os
+    import tempfile
+
+    with open(module_path, "rb") as f:
+        text = bytearray(f.read())
+    victim = artifacts[0]
+    spec = importlib.util.spec_from_file_location("exported_original", module_path)
+    original = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(original)
+    offset, length = victim["blob"]
+    at = original._BLOBS_AT + offset + length // 2
+    text[at] = ord("A") if text[at] != ord("A") else ord("B")
+    with tempfile.TemporaryDirectory() as folder:
+        copy = os.path.join(folder, "corrupted.py")
+        with open(copy, "wb") as f:
+            f.write(bytes(text))
+        spec = importlib.util.spec_from_file_location("corrupted", copy)
+        bad = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(bad)
+        check("import reads no artifact record", not bad._by_config and not bad._all_records)
+        launcher = bad.load(victim["kernel"], **victim["config"])
+        check("load() of the corrupted cubin's config decodes nothing", launcher.config == victim["config"])
+        check("load() parses only its config's records", not bad._all_records)
+        for other in (a for a in artifacts if a["sha256"] != victim["sha256"]):
+            check(f"another cubin ({other['target']}) still verifies", len(bad._cubin(other)) == other["size"])
+        try:
+            bad._cubin(victim)
+            check("a corrupted embedded cubin is refused", False)
+        except bad.KartError as e:
+            check("a corrupted embedded cubin is refused", "is corrupt" in str(e) and "export the module again" in str(e), e)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,73 @@
+//! Times what a program pays to reach one artifact, up to the driver: `Runtime::open`
+//! (or `Runtime::open_bundle`), `select` of one (kernel, config) for a compute
+//! capability, and reading and verifying its blob, i.e. everything
+//! `Gpu::kernel` does before `cuModuleLoadData`. No GPU needed. One process opens once
+//! (as a program starting does); run it several times for a median. Prints
+//! `open_ms select_ms read_ms total_ms peak_rss_kb`.
+//!
+//!     cargo run --release -p kart-runtime --example open_one -- \
+//!         PROJECT_OR_BUNDLE KERNEL CAPABILITY NAME=VALUE...
+//!
+//! With a `.kartbundle` file as the first argument it opens the bundle instead of the
+//! project. `bench/runtime_scale.sh` runs it at 600 and 6,000 artifacts against the
+//! same program built from `main`; on a GPU machine `kart-bench-load` times the load
+//! itself.
+
+use std::path::Path;
+use std::time::Instant;
+
+use kart_runtime::model::{Config, ParamValue};
+use kart_runtime::resolve::{Capability, JitPolicy};
+use kart_runtime::runtime::Runtime;
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let [place, kernel, capability, params @ ..] = &args[..] else {
+        return Err("usage: open_one PROJECT_OR_BUNDLE KERNEL CAPABILITY NAME=VALUE...".into());
+    };
+    let (major, minor) = capability
+        .split_once('.')
+        .ok_or("CAPABILITY is MAJOR.MINOR, e.g. 9.0")?;
+    let capability = Capability {
+        major: major.parse()?,
+        minor: minor.parse()?,
+    };
+    let mut config = Config::default();
+    for p in params {
+        let (name, value) = p.split_once('=').ok_or("a param is NAME=VALUE")?;
+        let value = match value.parse::<i64>() {
+            Ok(i) => ParamValue::Int(i),
+            Err(_) => ParamValue::Ident(value.to_string()),
+        };
+        config.0.insert(name.to_string(), value);
+    }
+    let t0 = Instant::now();
+    let rt = if place.ends_with(".kartbundle") {
+        Runtime::open_bundle(Path::new(place))?
+    } else {
+        Runtime::open(Path::new(place))?
+    };
+    let t1 = Instant::now();
+    let artifact = rt.select(kernel, &config, capability, JitPolicy::Forbid)?;
+    let t2 = Instant::now();
+    let bytes = rt
+        .blobs()
+        .read_blob(&artifact.digest, Some(artifact.size))?;
+    let t3 = Instant::now();
+    assert_eq!(bytes.len() as u64, artifact.size);
+    let ms = |a: Instant, b: Instant| (b - a).as_secs_f64() * 1e3;
+    // SAFETY: getrusage only writes the struct it is given.
+    let peak_kb = unsafe {
+        let mut usage: libc::rusage = std::mem::zeroed();
+        libc::getrusage(libc::RUSAGE_SELF, &mut usage);
+        usage.ru_maxrss
+    };
+    println!(
+        "{:.3} {:.3} {:.3} {:.3} {peak_kb}",
+        ms(t0, t1),
+        ms(t1, t2),
+        ms(t2, t3),
+        ms(t0, t3)
+    );
+    Ok(())
+}

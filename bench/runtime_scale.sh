@@ -19,6 +19,7 @@
 #   KART_BASELINE     the baseline's source tree, built (`target/release/kart` and the
 #                     `open_one` example under its target/); default: `main`'s
 #                     merge-base, archived and built here
+#   KART_BASELINE_KART  the baseline's kart binary, if not KART_BASELINE's own
 #   RUNS              processes per median (default 5)
 set -euo pipefail
 repo=$(cd "$(dirname "$0")/.." && pwd)
@@ -34,8 +35,12 @@ write_manifest() {  # as bench/scale.sh writes it: every grid a narrowing of the
   local a=$1
   mkdir -p "$project/kernels/tiny"
   printf '[project]\ntargets = ["sm_80", "sm_90"]\n[toolchain]\nnvcc = "13.0"\n' > "$project/kart.toml"
-  printf 'template <int A, int B>\n__global__ void tiny(int* out) { out[threadIdx.x] = A * 1000 + B; }\n' \
-    > "$project/kernels/tiny/tiny.cu"
+  # The same bytes as bench/scale.sh's, so that its store serves (the keys hash them).
+  cat > "$project/kernels/tiny/tiny.cu" <<'CU'
+// As small as a kernel gets: each config's cubin differs only in two constants.
+template <int A, int B>
+__global__ void tiny(int* out) { out[threadIdx.x] = A * 1000 + B; }
+CU
   {
     echo 'name = "tiny"'
     echo 'sources = ["tiny.cu"]'
@@ -59,7 +64,7 @@ mkdir -p "$base/crates/kart-runtime/examples"
 cp "$repo/crates/kart-runtime/examples/open_one.rs" "$base/crates/kart-runtime/examples/"
 (cd "$base" && cargo build -q --release -p kart-runtime --example open_one >&2)
 (cd "$repo" && cargo build -q --release --bin kart && cargo build -q --release -p kart-runtime --example open_one) >&2
-declare -A kart=([base]=$base/target/release/kart [new]=$repo/target/release/kart)
+declare -A kart=([base]=${KART_BASELINE_KART:-$base/target/release/kart} [new]=$repo/target/release/kart)
 declare -A open_one=([base]=$base/target/release/examples/open_one [new]=$repo/target/release/examples/open_one)
 
 max=$(printf '%s\n' "${sizes[@]}" | sort -n | tail -1)
@@ -77,14 +82,14 @@ ms_of() {  # wall ms of one run of a command
   t1=$(date +%s%N)
   echo $(( (t1 - t0) / 1000 )) | awk '{printf "%.1f\n", $1 / 1000}'
 }
-py_time() {  # MODULE_DIR: ms of import, load() and the cubin's decode and check
-  python3 - "$1" <<'PY'
+py_time() {  # MODULE_DIR A: ms of import, load() and the cubin's decode and check
+  python3 - "$1" "$2" <<'PY'
 import importlib, sys, time
 t0 = time.perf_counter()
 sys.path.insert(0, sys.argv[1])
 m = importlib.import_module("tiny_kernels")
 t1 = time.perf_counter()
-launcher = m.load("tiny", A=7, B=42)
+launcher = m.load("tiny", A=int(sys.argv[2]), B=42)
 artifact = launcher._artifacts["sm_90"]
 t2 = time.perf_counter()
 assert len(m._cubin(artifact)) == artifact["size"]
@@ -95,7 +100,7 @@ PY
 
 echo "runtime at scale: one template kernel tiny<A, B>, A x 100 configs x 2 targets"
 echo "commit: $(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet HEAD -- src crates || echo ' with uncommitted changes')"
-echo "baseline: main's merge-base $(git -C "$repo" merge-base HEAD "${BASE_REF:-main}" | cut -c1-10) unless KART_BASELINE named another tree"
+echo "baseline: main's merge-base $(git -C "$repo" merge-base HEAD "${BASE_REF:-main}" | cut -c1-10) unless KART_BASELINE named another tree; its kart: ${KART_BASELINE_KART:-built from it}"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), $(uname -sr), $(python3 --version), load $(cut -d' ' -f1-3 /proc/loadavg)"
 echo "medians of $runs processes, ms"
 for a in "${sizes[@]}"; do
@@ -105,7 +110,9 @@ for a in "${sizes[@]}"; do
   pa=$((a > 7 ? 7 : a - 1))
   echo
   echo "$n artifacts (kart.lock $(($(stat -c %s "$project/kart.lock") / 1024)) KiB; tiny[A=$pa,B=42])"
-  (cd "$project" && "${kart[new]}" -q bundle -o "$work/all.kartbundle" tiny >&2)
+  printf '[[fleet]]\nname = "NVIDIA A100-SXM4-80GB"\ncapability = "8.0"\n[[fleet]]\nname = "NVIDIA H100 80GB HBM3"\ncapability = "9.0"\n' \
+    > "$work/fleet.toml"
+  (cd "$project" && "${kart[new]}" -q bundle --fleet "$work/fleet.toml" -o "$work/all.kartbundle" tiny >&2)
   echo "  bundle of every artifact: $(($(stat -c %s "$work/all.kartbundle") / 1024)) KiB"
   for which in base new; do
     rm -rf "$work/py-$which" && mkdir -p "$work/py-$which"
@@ -117,12 +124,12 @@ for a in "${sizes[@]}"; do
       "${open_one[$which]}" "$project" tiny 9.0 A=$pa B=42 >> "$work/open-$which-$a"
       "${open_one[$which]}" "$work/all.kartbundle" tiny 9.0 A=$pa B=42 >> "$work/bundle-$which-$a"
       (cd "$project" && ms_of "${kart[$which]}" path tiny -p A=$pa -p B=42 --target sm_90) >> "$work/path-$which-$a"
-      PYTHONDONTWRITEBYTECODE=1 py_time "$work/py-$which" >> "$work/pysrc-$which-$a"
+      PYTHONDONTWRITEBYTECODE=1 py_time "$work/py-$which" $pa >> "$work/pysrc-$which-$a"
     done
   done
   for which in base new; do  # from a .pyc, as an installed package imports
     python3 -m py_compile "$work/py-$which/tiny_kernels.py"
-    for round in $(seq "$runs"); do py_time "$work/py-$which" >> "$work/pyc-$which-$a"; done
+    for round in $(seq "$runs"); do py_time "$work/py-$which" $pa >> "$work/pyc-$which-$a"; done
   done
   printf '  %-44s %12s %12s\n' "" base new
   row() {  # label file-prefix column

@@ -10,8 +10,7 @@
 //!
 //! With a `.kartbundle` file as the first argument it opens the bundle instead of the
 //! project. `bench/runtime_scale.sh` runs it at 600 and 6,000 artifacts against the
-//! same program built from `main`; on a GPU machine `kart-bench-load` times the load
-//! itself.
+//! same program built from `main`.
 
 use std::path::Path;
 use std::time::Instant;

@@ -163,14 +163,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
     ] {
         let cubin = rt
-            .lock()
+            .lock()?
             .artifacts
             .iter()
             .find(|a| a.kernel == kernel && a.kind == ArtifactKind::Cubin)
             .ok_or("no cubin")?
             .clone();
         let ptx = rt
-            .lock()
+            .lock()?
             .artifacts
             .iter()
             .find(|a| a.kernel == kernel && a.kind == ArtifactKind::Ptx)

@@ -110,7 +110,7 @@ fn child() -> Result<String, Box<dyn std::error::Error>> {
     let rt = Runtime::open(Path::new("."))?;
     let gpu = Gpu::open(0)?;
     let config = rt
-        .lock()
+        .lock()?
         .artifacts
         .iter()
         .find(|a| a.kernel == "sgemm")

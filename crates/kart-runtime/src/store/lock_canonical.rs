@@ -6,7 +6,7 @@
 //! headers, one `key = value` per line with a bare key, and values that are plain
 //! strings (no escapes), decimal integers, booleans or one-line arrays of those. This
 //! module rewrites exactly that subset into JSON, line by line, and lets serde_json
-//! build the same [`Lockfile`] through the same `Deserialize` implementations (so every
+//! build the same `Lockfile` through the same `Deserialize` implementations (so every
 //! field check and every refusal of unknown fields is the one the TOML path applies).
 //!
 //! Anything outside the subset, and anything serde_json refuses, returns `None`: the
@@ -14,47 +14,13 @@
 //! and column) are the only ones a user sees. The `[[kernel]]` tables that follow the
 //! artifacts are few and go to the TOML parser as they are.
 
-use serde::Deserialize;
+use serde::de::DeserializeOwned;
 
-use crate::store::lockfile::{LockedKernel, Lockfile};
-
-/// What the JSON half yields: the version and artifacts (the kernels come from TOML).
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Head {
-    version: u32,
-    #[serde(default)]
-    artifact: Vec<crate::store::lockfile::LockedArtifact>,
-}
-
-/// The `[[kernel]]` tables, parsed by TOML.
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Tail {
-    #[serde(default)]
-    kernel: Vec<LockedKernel>,
-}
-
-/// The lock, when `text` is in the layout kart writes and serde accepts it; `None`
-/// otherwise (parse it with TOML then).
-pub fn parse(text: &str) -> Option<Lockfile> {
-    // The kernel tables come last in what kart writes; from the first one on, TOML.
-    let (head, tail) = match text.find("\n[[kernel]]") {
-        Some(at) => text.split_at(at + 1),
-        None => (text, ""),
-    };
-    let json = to_json(head)?;
-    let head: Head = serde_json::from_str(&json).ok()?;
-    let kernels = if tail.is_empty() {
-        Vec::new()
-    } else {
-        toml::from_str::<Tail>(tail).ok()?.kernel
-    };
-    Some(Lockfile {
-        version: head.version,
-        artifacts: head.artifact,
-        kernels,
-    })
+/// `text` read as `T`, when it is in the layout kart writes and serde accepts it; `None`
+/// otherwise (parse it with TOML then). The caller splits off what this layout does not
+/// cover (kart.lock's `[[kernel]]` tables).
+pub fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
+    serde_json::from_str(&to_json(text)?).ok()
 }
 
 /// Where a line's key goes.
@@ -271,108 +237,28 @@ fn push_scalar(out: &mut String, value: &str) -> Option<()> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::cubin::EntryInfo;
-    use crate::model::{ArtifactKind, Config, ParamValue};
-    use crate::store::lockfile::LockedArtifact;
-
-    fn artifact(kernel: &str, a: i64, target: &str, derived: bool) -> LockedArtifact {
-        let mut config = BTreeMap::new();
-        config.insert("A".to_string(), ParamValue::Int(a));
-        config.insert("MODE".to_string(), ParamValue::Ident("lib::Mode::B".into()));
-        let entry: EntryInfo = serde_json::from_value(serde_json::json!({
-            "name": format!("{kernel}"),
-            "symbol": "_Z4tinyILi0ELi0EEvPi",
-            "template": "tiny<A, MODE>",
-            "instance": "tiny<0, lib::Mode::B>",
-            "registers": 6,
-            "shared_bytes": 0,
-            "stack_bytes": 0,
-            "spill_store_bytes": 0,
-            "spill_load_bytes": 0,
-            "params": [8, 16],
-            "signature": ["ptr", "i32"],
-        }))
-        .unwrap();
-        LockedArtifact {
-            kernel: kernel.into(),
-            config: Config(config),
-            target: target.into(),
-            kind: ArtifactKind::Cubin,
-            key: "a".repeat(64),
-            digest: "b".repeat(64),
-            size: 3240,
-            nvcc: "13.0.88".into(),
-            entries: vec![entry.clone(), entry],
-            derived: if derived {
-                [("SMEM".to_string(), -5)].into_iter().collect()
-            } else {
-                BTreeMap::new()
-            },
-        }
-    }
-
-    fn sample() -> Lockfile {
-        let mut artifacts = Vec::new();
-        for a in 0..20 {
-            for target in ["sm_80", "sm_90a"] {
-                artifacts.push(artifact("tiny", a, target, a % 3 == 0));
-            }
-        }
-        Lockfile::new(artifacts)
-    }
 
     #[test]
-    fn the_written_layout_reads_as_toml_reads_it() {
-        let lock = sample();
-        let text = lock.to_text();
-        let fast = parse(&text).expect("kart's own layout is in the subset");
-        let slow: Lockfile = toml::from_str(&text).unwrap();
-        assert_eq!(fast, slow);
-        assert_eq!(fast, lock);
-        // An empty lock, and the repository's own lock (kernel tables included).
-        let empty = Lockfile::new(Vec::new()).to_text();
-        assert_eq!(parse(&empty), Some(toml::from_str(&empty).unwrap()));
-        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kart.lock");
-        let text = std::fs::read_to_string(repo).unwrap();
-        let fast = parse(&text).expect("the repository's lock is in the subset");
-        assert_eq!(fast, toml::from_str::<Lockfile>(&text).unwrap());
-        assert!(!fast.kernels.is_empty());
-    }
-
-    #[test]
-    fn anything_outside_the_subset_is_left_to_toml() {
-        let text = sample().to_text();
-        let edits: &[(&str, &str)] = &[
-            ("nvcc = \"13.0.88\"", "nvcc = \"13.0\\u002e88\""), // an escape
-            ("size = 3240", "size = 3_240"),                    // TOML's digit separators
-            ("size = 3240", "size = 0x0CA8"),                   // hex
-            ("size = 3240", "size = 3240 # a comment"),         // trailing comment
-            ("A = 0", "\"A\" = 0"),                             // a quoted key
-            ("[artifact.config]", "[artifact . config]"),       // spaced header
-            ("registers = 6", "registers = 6\nregisters = 7"),  // a duplicate key
-            ("params = [8, 16]", "params = [\n8, 16]"),         // a multi-line array
-            ("version = 3", "version = 3\n[other]"),            // another table
-        ];
-        for (from, to) in edits {
-            assert!(text.contains(from), "{from}");
-            let edited = text.replacen(from, to, 1);
-            assert_eq!(parse(&edited), None, "{to}");
-        }
-        // A second `[artifact.config]` in one artifact is a TOML error: not read here.
-        let twice = text.replacen(
-            "[artifact.config]",
-            "[artifact.config]\n[artifact.config]",
-            1,
-        );
-        assert_eq!(parse(&twice), None);
-        // Unknown fields are refused by the same serde rules.
-        assert_eq!(
-            parse(&text.replacen("size = 3240", "sizes = 3240", 1)),
-            None
-        );
+    fn tables_and_arrays_of_tables_become_json() {
+        let text = "version = 3\n\n[[artifact]]\nkernel = \"a\"\nsizes = [1, -2]\n\n[artifact.config]\nA = 1\nT = \"lib::Mode::B\"\n\n[[artifact.entries]]\nname = \"x\"\n\n[[artifact.entries]]\nname = \"y\"\nok = true\n\n[artifact.derived]\nS = 0\n\n[[artifact]]\nkernel = \"b\"\n";
+        let json: serde_json::Value = serde_json::from_str(&to_json(text).unwrap()).unwrap();
+        let want = serde_json::json!({
+            "version": 3,
+            "artifact": [
+                {
+                    "kernel": "a",
+                    "sizes": [1, -2],
+                    "config": {"A": 1, "T": "lib::Mode::B"},
+                    "entries": [{"name": "x"}, {"name": "y", "ok": true}],
+                    "derived": {"S": 0},
+                },
+                {"kernel": "b"},
+            ],
+        });
+        assert_eq!(json, want);
+        let parsed: serde_json::Value = parse(text).unwrap();
+        assert_eq!(parsed, want);
     }
 
     #[test]

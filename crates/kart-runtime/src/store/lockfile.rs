@@ -191,7 +191,7 @@ impl Lockfile {
         };
         // kart's own layout through a fast reader; anything else (and every error
         // message) through the TOML parser.
-        let lock: Lockfile = match crate::store::lock_canonical::parse(text) {
+        let lock: Lockfile = match canonical(text) {
             Some(lock) => lock,
             None => file.parse()?,
         };
@@ -316,6 +316,43 @@ pub fn lock_path(root: &Path) -> PathBuf {
     root.join(LOCK_FILE)
 }
 
+/// The lock in the layout kart writes, through [`lock_canonical`]: the artifacts as JSON,
+/// the `[[kernel]]` tables after them (few) through TOML. `None` for anything else.
+///
+/// [`lock_canonical`]: crate::store::lock_canonical
+fn canonical(text: &str) -> Option<Lockfile> {
+    /// The version and artifacts.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Head {
+        version: u32,
+        #[serde(default)]
+        artifact: Vec<LockedArtifact>,
+    }
+    /// The `[[kernel]]` tables.
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct Tail {
+        #[serde(default)]
+        kernel: Vec<LockedKernel>,
+    }
+    let (head, tail) = match text.find("\n[[kernel]]") {
+        Some(at) => text.split_at(at + 1),
+        None => (text, ""),
+    };
+    let head: Head = crate::store::lock_canonical::parse(head)?;
+    let kernels = if tail.is_empty() {
+        Vec::new()
+    } else {
+        toml::from_str::<Tail>(tail).ok()?.kernel
+    };
+    Some(Lockfile {
+        version: head.version,
+        artifacts: head.artifact,
+        kernels,
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -386,5 +423,102 @@ mod tests {
         };
         assert!(message.contains("64 lower-case hex"), "{message}");
         assert!(*line > 5, "{line}");
+    }
+
+    fn canonical_artifact(kernel: &str, a: i64, target: &str, derived: bool) -> LockedArtifact {
+        let mut config = BTreeMap::new();
+        config.insert("A".to_string(), ParamValue::Int(a));
+        config.insert("MODE".to_string(), ParamValue::Ident("lib::Mode::B".into()));
+        let entry: EntryInfo = serde_json::from_value(serde_json::json!({
+            "name": format!("{kernel}"),
+            "symbol": "_Z4tinyILi0ELi0EEvPi",
+            "template": "tiny<A, MODE>",
+            "instance": "tiny<0, lib::Mode::B>",
+            "registers": 6,
+            "shared_bytes": 0,
+            "stack_bytes": 0,
+            "spill_store_bytes": 0,
+            "spill_load_bytes": 0,
+            "params": [8, 16],
+            "signature": ["ptr", "i32"],
+        }))
+        .unwrap();
+        LockedArtifact {
+            kernel: kernel.into(),
+            config: Config(config),
+            target: target.into(),
+            kind: ArtifactKind::Cubin,
+            key: "a".repeat(64),
+            digest: "b".repeat(64),
+            size: 3240,
+            nvcc: "13.0.88".into(),
+            entries: vec![entry.clone(), entry],
+            derived: if derived {
+                [("SMEM".to_string(), -5)].into_iter().collect()
+            } else {
+                BTreeMap::new()
+            },
+        }
+    }
+
+    fn canonical_sample() -> Lockfile {
+        let mut artifacts = Vec::new();
+        for a in 0..20 {
+            for target in ["sm_80", "sm_90a"] {
+                artifacts.push(canonical_artifact("tiny", a, target, a % 3 == 0));
+            }
+        }
+        Lockfile::new(artifacts)
+    }
+
+    #[test]
+    fn the_written_layout_reads_as_toml_reads_it() {
+        let lock = canonical_sample();
+        let text = lock.to_text();
+        let fast = canonical(&text).expect("kart's own layout is in the subset");
+        let slow: Lockfile = toml::from_str(&text).unwrap();
+        assert_eq!(fast, slow);
+        assert_eq!(fast, lock);
+        // An empty lock, and the repository's own lock (kernel tables included).
+        let empty = Lockfile::new(Vec::new()).to_text();
+        assert_eq!(canonical(&empty), Some(toml::from_str(&empty).unwrap()));
+        let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kart.lock");
+        let text = std::fs::read_to_string(repo).unwrap();
+        let fast = canonical(&text).expect("the repository's lock is in the subset");
+        assert_eq!(fast, toml::from_str::<Lockfile>(&text).unwrap());
+        assert!(!fast.kernels.is_empty());
+    }
+
+    #[test]
+    fn anything_outside_the_subset_is_left_to_toml() {
+        let text = canonical_sample().to_text();
+        let edits: &[(&str, &str)] = &[
+            ("nvcc = \"13.0.88\"", "nvcc = \"13.0\\u002e88\""), // an escape
+            ("size = 3240", "size = 3_240"),                    // TOML's digit separators
+            ("size = 3240", "size = 0x0CA8"),                   // hex
+            ("size = 3240", "size = 3240 # a comment"),         // trailing comment
+            ("A = 0", "\"A\" = 0"),                             // a quoted key
+            ("[artifact.config]", "[artifact . config]"),       // spaced header
+            ("registers = 6", "registers = 6\nregisters = 7"),  // a duplicate key
+            ("params = [8, 16]", "params = [\n8, 16]"),         // a multi-line array
+            ("version = 3", "version = 3\n[other]"),            // another table
+        ];
+        for (from, to) in edits {
+            assert!(text.contains(from), "{from}");
+            let edited = text.replacen(from, to, 1);
+            assert_eq!(canonical(&edited), None, "{to}");
+        }
+        // A second `[artifact.config]` in one artifact is a TOML error: not read here.
+        let twice = text.replacen(
+            "[artifact.config]",
+            "[artifact.config]\n[artifact.config]",
+            1,
+        );
+        assert_eq!(canonical(&twice), None);
+        // Unknown fields are refused by the same serde rules.
+        assert_eq!(
+            canonical(&text.replacen("size = 3240", "sizes = 3240", 1)),
+            None
+        );
     }
 }

@@ -450,6 +450,7 @@ mod tests {
             block: vec!["32".into()],
             shared_mem: "0".into(),
             args: BTreeMap::new(),
+            ..Default::default()
         }
     }
 

@@ -1476,7 +1476,8 @@ def _default_config(kernel, problem):
     spec = _TUNE_SPEC[kernel]
     config = dict(spec["default"])
     if not config:
-        return None
+        # A kernel without params has one config, the empty one: its own default.
+        return {} if {} in kernels().get(kernel, []) else None
     for param, key in spec["exact"].items():
         if key in problem:
             config[param] = problem[key]

@@ -422,7 +422,13 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
     capability: Capability,
     problem: &Problem,
 ) -> Result<(Config, &'a LockedArtifact)> {
-    let Some(default) = kernel.default_config() else {
+    // A kernel without params has one config, the empty one: it is its own default.
+    let only = Config::default();
+    let default = match kernel.default_config() {
+        Some(default) => Some(default),
+        None => artifact_for(lock, kernel.name(), &only, capability).map(|_| &only),
+    };
+    let Some(default) = default else {
         return Err(Error::NotLoadable {
             message: format!(
                 "no tuning record of `{}` for this GPU ({gpu_name}) fits the problem, and the kernel declares no `default`",
@@ -671,6 +677,57 @@ mod tests {
         );
         let got = got.unwrap();
         assert_eq!((got.config, got.source), (cfg(128, 64), Source::Default));
+    }
+
+    #[test]
+    fn a_kernel_without_params_is_its_own_default_and_one_with_params_needs_one() {
+        let (kernel, lock) = setup();
+        let h200 = Capability { major: 9, minor: 0 };
+        let template = lock.artifacts[0].clone();
+        let plain = LockedArtifact {
+            kernel: "plain".into(),
+            config: Config::default(),
+            ..template
+        };
+        let mut artifacts = lock.artifacts.clone();
+        artifacts.push(plain);
+        let lock = Lockfile::new(artifacts);
+        let tune = TuneFile::default();
+        let no_default = |name: &str| KernelTuning {
+            name: name.into(),
+            default: None,
+            tune: None,
+        };
+        let got = best(
+            &tune,
+            &lock,
+            &[&no_default("plain")],
+            "NVIDIA H200",
+            h200,
+            &Problem::new(),
+        );
+        let got = got.unwrap();
+        assert_eq!(
+            (got.config, got.source),
+            (Config::default(), Source::Default)
+        );
+        let fa = KernelTuning {
+            default: None,
+            ..kernel
+        };
+        let err = best(
+            &tune,
+            &lock,
+            &[&fa],
+            "NVIDIA H200",
+            h200,
+            &problem(1, 512, 64),
+        );
+        assert!(
+            err.unwrap_err()
+                .to_string()
+                .contains("declares no `default`")
+        );
     }
 
     #[test]

@@ -313,7 +313,13 @@ fn explain_grid(
 /// leave the lock only when a problems file says so (an empty one drops them all).
 /// `--locked` and `--explain-grid` write nothing and are not refused.
 fn refuse_dropping_problem_configs(ws: &Workspace, args: &BuildArgs) -> Result<()> {
-    if args.locked || args.explain_grid || args.shard.is_some() {
+    let problem_driven = ws
+        .project
+        .kernels
+        .iter()
+        .any(|k| !k.problem_params.is_empty());
+    // Most projects have no such kernel: their builds do not read the lock for this.
+    if !problem_driven || args.locked || args.explain_grid || args.shard.is_some() {
         return Ok(());
     }
     let lock = kart::store::lockfile::Lockfile::read(

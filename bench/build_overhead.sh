@@ -22,6 +22,7 @@ echo "kart's own CPU time per compiled artifact: tiny<A, B>, A = 0..$((a_values 
 echo "commit: $(git -C "$repo" rev-parse HEAD)$(git -C "$repo" diff --quiet HEAD -- src crates || echo ' with uncommitted changes')"
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | xargs), load $(cut -d' ' -f1-3 /proc/loadavg)"
 for kart in "${karts[@]}"; do
+  kart=$(realpath "$kart")
   work=$(mktemp -d)
   mkdir -p "$work/kernels/tiny"
   printf '[project]\ntargets = ["sm_80", "sm_90"]\n[toolchain]\nnvcc = "13.0"\n' > "$work/kart.toml"

@@ -137,6 +137,25 @@ fn a_settled_state_never_hides_a_forged_lock_or_entry() {
     std::fs::rename(&tmp, &entry).unwrap();
     settle(&p);
 
+    // What the shortcut does not see, as the README says: an entry edited in place
+    // (no rename, so its folder keeps its mtime). --locked answers from the record,
+    // which also proves the record is used; `kart verify` reads every entry and finds it.
+    let original = std::fs::read_to_string(&entry).unwrap();
+    std::fs::write(
+        &entry,
+        original.replace(digests[0].as_str(), &"0".repeat(64)),
+    )
+    .unwrap();
+    let out = p.ok(&["build", "--locked"]);
+    assert!(
+        stderr(&out).contains("2 artifacts checked"),
+        "{}",
+        text(&out)
+    );
+    let out = p.kart(&["verify"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    std::fs::write(&entry, &original).unwrap();
+
     // A malformed settled file is no shortcut: the build checks, then records anew.
     let file = settled(&p).unwrap();
     std::fs::write(&file, "kart settled 1\ninputs nonsense\n").unwrap();

@@ -446,12 +446,18 @@ pub fn list(
     {
         return Err(no_match(&lock.artifacts, &in_kernels, &wanted));
     }
-    Ok(lock
+    let rows: Vec<LockedArtifact> = lock
         .artifacts
         .into_iter()
         .filter(|a| in_kernels(a))
         .filter(|a| a.config.matches(&wanted))
-        .map(|a| ListRow {
+        .collect();
+    let digests: Vec<&str> = rows.iter().map(|a| a.digest.as_str()).collect();
+    let local = ws.store.have_blobs(&digests);
+    Ok(rows
+        .into_iter()
+        .zip(local)
+        .map(|(a, local)| ListRow {
             registers: a.entries.iter().map(|e| e.registers).max().unwrap_or(0),
             shared_bytes: a.entries.iter().map(|e| e.shared_bytes).max().unwrap_or(0),
             spill_bytes: a
@@ -459,7 +465,7 @@ pub fn list(
                 .iter()
                 .map(|e| e.spill_store_bytes + e.spill_load_bytes)
                 .sum(),
-            local: ws.store.has_blob(&a.digest),
+            local,
             attested: attest
                 .gpus_for(&a.digest)
                 .into_iter()

@@ -27,7 +27,7 @@ pub struct Derived {
 }
 
 /// How a grid was narrowed, step by step.
-#[derive(Clone, Debug, Default, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize)]
 pub struct GridReport {
     /// Combinations of the params' values.
     pub raw: usize,
@@ -92,6 +92,31 @@ impl Grid<'_> {
     /// removed, what is kept. A rule or derived param that fails to evaluate on a
     /// config is an error naming the config.
     pub fn report(&self) -> Result<(GridReport, Vec<Config>), GridError> {
+        self.walk(true)
+    }
+
+    /// [`Grid::report`] without the configs: every rule and derived param evaluated
+    /// on every combination, nothing allocated per config (what loading a kernel of
+    /// tens of thousands of configs checks).
+    pub fn check(&self) -> Result<GridReport, GridError> {
+        self.walk(false).map(|(report, _)| report)
+    }
+
+    /// Whether the grid keeps `config`: a value of every param from its list, no
+    /// other key, not excluded, of a problem's combination, every rule holding.
+    pub fn keeps(&self, config: &Config) -> bool {
+        let listed = config.0.len() == self.params.len()
+            && self
+                .params
+                .iter()
+                .all(|(k, values)| config.0.get(k).is_some_and(|v| values.contains(v)));
+        listed
+            && (self.combos.is_empty() || self.combos.iter().any(|c| config.matches(c)))
+            && !self.exclude.iter().any(|e| config.matches(e))
+            && self.satisfies(config) == Ok(true)
+    }
+
+    fn walk(&self, collect: bool) -> Result<(GridReport, Vec<Config>), GridError> {
         // One pass over the combinations by index, with the values in flat arrays: a
         // `Config` (a map of owned strings) is built only for the configs kept, which
         // matters for grids of tens of thousands. Counts and errors are those of
@@ -110,6 +135,7 @@ impl Grid<'_> {
         let mut excluded = 0usize;
         let mut not_a_problem = 0usize;
         let mut kept = Vec::new();
+        let mut kept_count = 0usize;
         let mut derived_error: Option<GridError> = None;
         let mut rule_error: Option<(usize, GridError)> = None;
         let mut index = vec![0usize; lists.len()];
@@ -200,7 +226,10 @@ impl Grid<'_> {
                         }
                     }
                     if passed {
-                        kept.push(config_of(&values));
+                        kept_count += 1;
+                        if collect {
+                            kept.push(config_of(&values));
+                        }
                     }
                 }
             }
@@ -238,7 +267,7 @@ impl Grid<'_> {
                 .steps
                 .push((format!("require \"{}\"", rule.expr.text), n));
         }
-        report.kept = kept.len();
+        report.kept = kept_count;
         Ok((report, kept))
     }
 }
@@ -447,6 +476,18 @@ mod tests {
         assert_eq!(report.kept, brute.len());
         let removed: usize = report.steps.iter().map(|(_, n)| n).sum();
         assert_eq!(removed + report.kept, report.raw, "{report:?}");
+        // Checking without the configs counts the same; one config at a time agrees.
+        assert_eq!(k.grid().check().unwrap(), report);
+        assert!(kept.iter().all(|c| k.grid().keeps(c)));
+        let mut dropped = kept[0].clone();
+        dropped
+            .0
+            .insert("T".into(), ParamValue::Int(int(&kept[0], "Q")));
+        assert!(!k.grid().keeps(&dropped), "T != Q");
+        dropped.0.insert("T".into(), ParamValue::Int(11));
+        assert!(!k.grid().keeps(&dropped), "11 is not a listed value");
+        dropped.0.remove("T");
+        assert!(!k.grid().keeps(&dropped), "a param missing");
         // Printed for the record (a benchmark, not an assertion): bench/grid.sh times it.
         println!(
             "100k raw configs filtered to {} in {elapsed:?}",

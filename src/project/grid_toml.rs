@@ -8,7 +8,7 @@ use kart_runtime::model::{Config, TuneSpec};
 use kart_runtime::text::SourceFile;
 use toml::Spanned;
 
-use crate::project::grid::{Derived, GridError, Rule, RuleOrDerived};
+use crate::project::grid::{Derived, GridError, GridReport, Rule, RuleOrDerived};
 use crate::project::kernel::Kernel;
 use crate::project::raw::{ManifestChecks, RawKernel};
 
@@ -187,9 +187,15 @@ pub(super) fn check_grid(
     file: &SourceFile<'_>,
     raw: &RawKernel,
     kernel: &Kernel,
-) -> Result<Vec<Config>> {
-    match kernel.grid_report() {
-        Ok((_, configs)) => Ok(configs),
+    collect: bool,
+) -> Result<(GridReport, Option<Vec<Config>>)> {
+    let walked = if collect {
+        kernel.grid_report().map(|(r, c)| (r, Some(c)))
+    } else {
+        kernel.grid().check().map(|r| (r, None))
+    };
+    match walked {
+        Ok(walked) => Ok(walked),
         Err(GridError { at, config, error }) => {
             let (text, what) = match at {
                 RuleOrDerived::Rule(i) => (&raw.require[i], "require".to_string()),
@@ -213,9 +219,10 @@ pub(super) fn default_config(
     file: &SourceFile<'_>,
     raw: &RawKernel,
     kernel: &Kernel,
-    configs: &[Config],
+    kept: usize,
+    configs: Option<&[Config]>,
 ) -> Result<Option<Config>> {
-    if configs.is_empty() {
+    if kept == 0 {
         return Err(file.error(
             0..0,
             "`[[exclude]]` and `require` leave no config of the grid",
@@ -234,7 +241,11 @@ pub(super) fn default_config(
             }
             config.0.insert(k.get_ref().clone(), file.value(v)?);
         }
-        if !configs.contains(&config) {
+        let in_grid = match configs {
+            Some(configs) => configs.contains(&config),
+            None => kernel.grid().keeps(&config),
+        };
+        if !in_grid {
             return Err(file.error(
                 d.span(),
                 format!("`default` {config} is not a config of the grid (a param missing, a value not listed, or excluded)"),

@@ -105,13 +105,19 @@ pub(super) fn load_kernel(
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
     kernel.launch_params = launch_params(&file, &raw, &kernel)?;
-    let configs = check_grid(&file, &raw, &kernel)?;
-    crate::project::launch_toml::check_configs(&file, &raw, &kernel, &configs)?;
+    // The configs themselves (a map each) only where `[launch]` is checked on every
+    // one; otherwise the grid is only checked, and built when a command asks for it.
+    let (report, configs) = check_grid(&file, &raw, &kernel, raw.launch.is_some())?;
+    if let Some(configs) = &configs {
+        crate::project::launch_toml::check_configs(&file, &raw, &kernel, configs)?;
+    }
     kernel.tune = tune_spec(&file, &raw, &kernel)?;
     if kernel.problem_params.is_empty() {
-        kernel.default = default_config(&file, &raw, &kernel, &configs)?;
+        kernel.default = default_config(&file, &raw, &kernel, report.kept, configs.as_deref())?;
     }
-    kernel.kept = configs.into();
+    if let Some(configs) = configs {
+        kernel.kept = configs.into();
+    }
     Ok(kernel)
 }
 

@@ -94,44 +94,56 @@ pub fn open_regular(path: &Path) -> std::io::Result<std::fs::File> {
     Ok(file)
 }
 
-/// Reads at most `limit` bytes of a regular file at `path`. A file of another type or
-/// over the limit is refused with a message naming the file, the limit and what to do.
-pub fn read_limited(path: &Path, limit: Limit) -> Result<Vec<u8>> {
-    use std::io::Read;
-    let size = |n: u64| {
-        if n >= 1 << 20 {
-            format!("{} MiB", n >> 20)
-        } else {
-            format!("{n} bytes")
-        }
-    };
-    let refuse = |why: String| {
-        Error::usage(
-            format!(
-                "`{}`: {why}; kart reads {} only from a regular file of at most {}",
-                path.display(),
-                limit.what,
-                size(limit.bytes)
-            ),
-            Some("replace it with the file itself (not a FIFO, device or link to one), or check that it is the right file".into()),
-        )
-    };
+/// Opens the regular file at `path` for reading if it holds at most `limit` bytes,
+/// and says how many it holds. A file of another type or over the limit is refused
+/// with a message naming the file, the limit and what to do.
+pub fn open_limited(path: &Path, limit: Limit) -> Result<(std::fs::File, u64)> {
     let file = match open_regular(path) {
         Err(e) if e.kind() == std::io::ErrorKind::InvalidInput => {
-            return Err(refuse(e.to_string()));
+            return Err(over_limit(path, limit, e.to_string()));
         }
         other => other.at("read", path)?,
     };
     let len = file.metadata().at("read", path)?.len();
     if len > limit.bytes {
-        return Err(refuse(format!("it is {}", size(len))));
+        return Err(over_limit(path, limit, format!("it is {}", byte_size(len))));
     }
+    Ok((file, len))
+}
+
+/// The refusal of a file that is not a regular file of at most `limit` bytes: `why`
+/// says what it is instead.
+pub fn over_limit(path: &Path, limit: Limit, why: String) -> Error {
+    Error::usage(
+        format!(
+            "`{}`: {why}; kart reads {} only from a regular file of at most {}",
+            path.display(),
+            limit.what,
+            byte_size(limit.bytes)
+        ),
+        Some("replace it with the file itself (not a FIFO, device or link to one), or check that it is the right file".into()),
+    )
+}
+
+fn byte_size(n: u64) -> String {
+    if n >= 1 << 20 {
+        format!("{} MiB", n >> 20)
+    } else {
+        format!("{n} bytes")
+    }
+}
+
+/// Reads at most `limit` bytes of a regular file at `path`. A file of another type or
+/// over the limit is refused with a message naming the file, the limit and what to do.
+pub fn read_limited(path: &Path, limit: Limit) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let (file, len) = open_limited(path, limit)?;
     let mut bytes = Vec::with_capacity(len as usize);
     file.take(limit.bytes + 1)
         .read_to_end(&mut bytes)
         .at("read", path)?;
     if bytes.len() as u64 > limit.bytes {
-        return Err(refuse("it grew while being read".into()));
+        return Err(over_limit(path, limit, "it grew while being read".into()));
     }
     Ok(bytes)
 }

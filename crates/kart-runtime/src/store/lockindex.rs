@@ -1,14 +1,16 @@
-//! `kart.lock` read by what a reader touches: the text cut at its `[[artifact]]`
-//! headers into per-kernel runs at open, a record parsed the first time it is asked
-//! for. The runtime opening one kernel of a lock of 100,000 artifacts and `kart path`
-//! of one artifact read the file once and parse a few records, not all of them.
+//! `kart.lock` read by what a reader touches: one pass over the file at open finds
+//! where each record lies ([`lockscan`](super::lockscan): the offset of every
+//! `[[artifact]]` header, its kernel and a hash of its config), and a record is read
+//! from the file and parsed the first time it is asked for. The runtime opening one
+//! kernel of a lock of 100,000 artifacts and `kart path` of one artifact read the file
+//! once through a small buffer and parse a few records, not all of them.
 //!
-//! At open, for the whole file: its size (the lock's [`Limit`]), the
-//! version line, the header of every record (`kernel = "NAME"` right after
-//! `[[artifact]]`, names sorted), and the `[[kernel]]` tables (each `[launch]` parsed,
-//! with the depth limits of expressions). A lock not laid out as `kart build` writes
-//! it (a hand edit, multi-line strings, tables in another order, an older version) is
-//! parsed whole at open instead, with every check of [`Lockfile::parse`].
+//! At open, for the whole file: its size (the lock's [`Limit`]), the version line, the
+//! header of every record (`kernel = "NAME"` right after `[[artifact]]`, names
+//! sorted), and the `[[kernel]]` tables (each `[launch]` parsed, with the depth limits
+//! of expressions). A lock not laid out as `kart build` writes it (a hand edit,
+//! multi-line strings, tables in another order, an older version) is parsed whole at
+//! open instead, with every check of [`Lockfile::parse`].
 //!
 //! A record is parsed and validated when a lookup touches it; a malformed one found
 //! then is reported with the whole parse's error (file, line and what is wrong, the
@@ -16,29 +18,25 @@
 //! reported by the reader that does not read it: `kart build`, `kart build --locked`
 //! and `kart verify` parse the whole lock and report it.
 
-use std::collections::HashMap;
-use std::hash::{DefaultHasher, Hash as _, Hasher as _};
+use std::borrow::Cow;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 
 use serde::Deserialize;
 
-use crate::error::Result;
+use crate::error::{IoContext as _, Result};
 use crate::launch::LaunchText;
 use crate::model::{ArtifactKind, Config};
-use crate::store::lockfile::{LOCK_VERSION, LockedArtifact, LockedKernel, Lockfile};
-use crate::text::{Limit, read_text};
-
-const RECORD: &str = "\n[[artifact]]\n";
-const KERNEL_TABLE: &str = "\n[[kernel]]\n";
-const CONFIG_TABLE: &str = "\n[artifact.config]\n";
+use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile};
+use crate::store::lockscan::{self, Scanned, UNKNOWN, config_hash};
+use crate::text::{Limit, open_limited, over_limit, read_text};
 
 /// A lock, parsed as far as it has been asked. `Send + Sync`: lookups from several
 /// threads parse a record at most a few times and agree on the result.
 #[derive(Debug)]
 pub struct LockIndex {
-    text: String,
+    source: Source,
     shown: PathBuf,
     /// The whole lock, parsed: at open when the text is not laid out as kart writes
     /// it, else on the first call that needs every record.
@@ -47,11 +45,23 @@ pub struct LockIndex {
     layout: Option<Layout>,
 }
 
+/// Where the lock's text is.
+#[derive(Debug)]
+enum Source {
+    /// In memory (a bundle's lock, or one already parsed: then empty).
+    Text(String),
+    /// In a file, read a record at a time: the handle opened at open, so every read
+    /// is of the file scanned.
+    File { file: std::fs::File, path: PathBuf },
+}
+
 #[derive(Debug)]
 struct Layout {
     /// Byte offset of each record's `[[artifact]]` line, and the end of the last.
-    starts: Vec<usize>,
-    end: usize,
+    starts: Vec<u64>,
+    end: u64,
+    /// Each record's config hash.
+    config_keys: Vec<u64>,
     /// Every kernel, sorted by name, with its run of records.
     kernels: Vec<KernelRun>,
     /// The `[[kernel]]` tables.
@@ -62,11 +72,10 @@ struct Layout {
 
 #[derive(Debug)]
 struct KernelRun {
-    name: Range<usize>,
+    name: String,
     records: Range<usize>,
-    /// Hash of a config's text → its records (and `u64::MAX` → records whose config
-    /// was not found as kart writes it, checked on every lookup).
-    by_config: OnceLock<HashMap<u64, Vec<usize>>>,
+    /// (config hash, record) of the run's records, sorted, built on the first lookup.
+    by_config: OnceLock<Vec<(u64, usize)>>,
     /// Every record of the kernel, parsed (for listings).
     all: OnceLock<Vec<LockedArtifact>>,
 }
@@ -77,18 +86,6 @@ struct Records {
     artifact: Vec<LockedArtifact>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Preamble {
-    version: u32,
-}
-
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Tables {
-    kernel: Vec<LockedKernel>,
-}
-
 impl LockIndex {
     /// Reads the lock at `path` (`None` when there is none); `shown` names it in
     /// messages.
@@ -96,20 +93,35 @@ impl LockIndex {
         if !path.exists() {
             return Ok(None);
         }
-        let text = read_text(path, Limit::LOCK)?;
-        LockIndex::from_text(text, shown).map(Some)
+        let (file, len) = open_limited(path, Limit::LOCK)?;
+        let scanned = lockscan::scan_file(&file, len, Limit::LOCK.bytes).at("read", path)?;
+        let shown = shown.to_path_buf();
+        let source = Source::File {
+            file,
+            path: path.to_path_buf(),
+        };
+        match scanned {
+            Some(scanned) => Ok(Some(LockIndex::laid_out(source, scanned, shown))),
+            None => {
+                let text = read_text(path, Limit::LOCK)?;
+                let lock = Lockfile::parse(&text, &shown)?;
+                Ok(Some(LockIndex::from_lockfile(lock, text, shown)))
+            }
+        }
     }
 
     /// Indexes lock text (at most [`Limit::LOCK`] bytes, as [`read_text`] gives it).
     pub fn from_text(text: String, shown: &Path) -> Result<LockIndex> {
         let shown = shown.to_path_buf();
-        match layout(&text) {
-            Some(layout) => Ok(LockIndex {
-                text,
-                shown,
-                whole: OnceLock::new(),
-                layout: Some(layout),
-            }),
+        if text.len() as u64 > Limit::LOCK.bytes {
+            return Err(over_limit(
+                &shown,
+                Limit::LOCK,
+                format!("it is {} bytes", text.len()),
+            ));
+        }
+        match lockscan::scan_text(&text) {
+            Some(scanned) => Ok(LockIndex::laid_out(Source::Text(text), scanned, shown)),
             None => {
                 let lock = Lockfile::parse(&text, &shown)?;
                 Ok(LockIndex::from_lockfile(lock, text, shown))
@@ -128,10 +140,37 @@ impl LockIndex {
 
     fn from_lockfile(lock: Lockfile, text: String, shown: PathBuf) -> LockIndex {
         LockIndex {
-            text,
+            source: Source::Text(text),
             shown,
             whole: OnceLock::from(lock),
             layout: None,
+        }
+    }
+
+    fn laid_out(source: Source, scanned: Scanned, shown: PathBuf) -> LockIndex {
+        let records = (0..scanned.starts.len()).map(|_| OnceLock::new()).collect();
+        let kernels = scanned
+            .kernels
+            .into_iter()
+            .map(|(name, records)| KernelRun {
+                name,
+                records,
+                by_config: OnceLock::new(),
+                all: OnceLock::new(),
+            })
+            .collect();
+        LockIndex {
+            source,
+            shown,
+            whole: OnceLock::new(),
+            layout: Some(Layout {
+                starts: scanned.starts,
+                end: scanned.end,
+                config_keys: scanned.config_keys,
+                kernels,
+                tables: scanned.tables,
+                records,
+            }),
         }
     }
 
@@ -145,18 +184,19 @@ impl LockIndex {
         if let Some(lock) = self.whole.get() {
             return Ok(lock);
         }
-        let lock = Lockfile::parse(&self.text, &self.shown)?;
+        let lock = match &self.source {
+            Source::Text(text) => Lockfile::parse(text, &self.shown)?,
+            Source::File { path, .. } => {
+                Lockfile::parse(&read_text(path, Limit::LOCK)?, &self.shown)?
+            }
+        };
         Ok(self.whole.get_or_init(|| lock))
     }
 
     /// The lock's kernels with artifacts, sorted.
     pub fn kernels(&self) -> Vec<&str> {
         match &self.layout {
-            Some(l) => l
-                .kernels
-                .iter()
-                .map(|k| &self.text[k.name.clone()])
-                .collect(),
+            Some(l) => l.kernels.iter().map(|k| k.name.as_str()).collect(),
             None => {
                 let lock = self.whole.get().map_or(&[][..], |l| &l.artifacts[..]);
                 let mut names: Vec<&str> = lock.iter().map(|a| a.kernel.as_str()).collect();
@@ -183,7 +223,7 @@ impl LockIndex {
         let Some(l) = &self.layout else {
             return Ok(self.whole()?.of_kernel(kernel));
         };
-        let Some(run) = self.run(l, kernel) else {
+        let Some(run) = run(l, kernel) else {
             return Ok(&[]);
         };
         if let Some(all) = run.all.get() {
@@ -229,15 +269,20 @@ impl LockIndex {
             .find(|a| a.target == target && a.kind == kind))
     }
 
-    fn run<'a>(&self, l: &'a Layout, kernel: &str) -> Option<&'a KernelRun> {
-        l.kernels
-            .binary_search_by(|k| self.text[k.name.clone()].cmp(kernel))
-            .ok()
-            .map(|i| &l.kernels[i])
-    }
-
-    fn record_text(&self, l: &Layout, i: usize) -> Range<usize> {
-        l.starts[i]..l.starts.get(i + 1).copied().unwrap_or(l.end)
+    /// The text of `range`; `None` when it cannot be read as UTF-8 text (the caller
+    /// falls back to the whole parse, which says what is wrong).
+    fn text(&self, range: Range<u64>) -> Option<Cow<'_, str>> {
+        match &self.source {
+            Source::Text(text) => text
+                .get(range.start as usize..range.end as usize)
+                .map(Cow::Borrowed),
+            Source::File { file, .. } => {
+                use std::os::unix::fs::FileExt as _;
+                let mut bytes = vec![0u8; usize::try_from(range.end - range.start).ok()?];
+                file.read_exact_at(&mut bytes, range.start).ok()?;
+                String::from_utf8(bytes).ok().map(Cow::Owned)
+            }
+        }
     }
 
     /// Record `i`, parsed and validated; `None` when it does not read as one record
@@ -251,19 +296,18 @@ impl LockIndex {
         if let Some(a) = l.records[i].get() {
             return Some(a);
         }
-        let range = self.record_text(l, i);
-        let mut parsed = self.parse_records(range)?;
-        if parsed.len() != 1 || parsed[0].kernel != self.text[run.name.clone()] {
+        let mut parsed = self.parse_records(record_range(l, i))?;
+        if parsed.len() != 1 || parsed[0].kernel != run.name {
             return None;
         }
         let a = parsed.pop()?;
         Some(l.records[i].get_or_init(|| Box::new(a)))
     }
 
-    fn parse_records(&self, range: Range<usize>) -> Option<Vec<LockedArtifact>> {
-        // Only a lock of this version is laid out lazily (see `layout`): derived
+    fn parse_records(&self, range: Range<u64>) -> Option<Vec<LockedArtifact>> {
+        // Only a lock of this version is laid out lazily (see `lockscan`): derived
         // params, which need version 2, are allowed.
-        let records: Records = toml::from_str(&self.text[range]).ok()?;
+        let records: Records = toml::from_str(&self.text(range)?).ok()?;
         records
             .artifact
             .iter()
@@ -276,10 +320,10 @@ impl LockIndex {
             return Some(Vec::new());
         }
         let start = l.starts[run.records.start];
-        let end = self.record_text(l, run.records.end - 1).end;
+        let end = record_range(l, run.records.end - 1).end;
         let all = self.parse_records(start..end)?;
         let ordered = all.len() == run.records.len()
-            && all.iter().all(|a| a.kernel == self.text[run.name.clone()])
+            && all.iter().all(|a| a.kernel == run.name)
             && all.windows(2).all(|w| w[0].id() < w[1].id());
         ordered.then_some(all)
     }
@@ -290,16 +334,24 @@ impl LockIndex {
         kernel: &str,
         config: &Config,
     ) -> Option<Vec<&'a LockedArtifact>> {
-        let Some(run) = self.run(l, kernel) else {
+        let Some(run) = run(l, kernel) else {
             return Some(Vec::new());
         };
-        let map = run.by_config.get_or_init(|| self.configs_of(l, run));
-        let key = config_hash(&config_text(config)?);
+        let by_config = run.by_config.get_or_init(|| {
+            let mut keys: Vec<(u64, usize)> =
+                run.records.clone().map(|i| (l.config_keys[i], i)).collect();
+            keys.sort_unstable();
+            keys
+        });
+        let key = config_hash(config_text(config)?.as_bytes());
         let mut found = Vec::new();
-        for &i in map.get(&key).into_iter().chain(map.get(&UNKNOWN)).flatten() {
-            let a = self.record(l, run, i)?;
-            if a.config == *config {
-                found.push(a);
+        for k in [key, UNKNOWN] {
+            let from = by_config.partition_point(|&(h, _)| h < k);
+            for &(_, i) in by_config[from..].iter().take_while(|&&(h, _)| h == k) {
+                let a = self.record(l, run, i)?;
+                if a.config == *config {
+                    found.push(a);
+                }
             }
         }
         if found.is_empty() {
@@ -312,33 +364,17 @@ impl LockIndex {
             .all(|w| w[0].id() < w[1].id())
             .then_some(found)
     }
-
-    fn configs_of(&self, l: &Layout, run: &KernelRun) -> HashMap<u64, Vec<usize>> {
-        let mut map: HashMap<u64, Vec<usize>> = HashMap::new();
-        for i in run.records.clone() {
-            let text = &self.text[self.record_text(l, i)];
-            let key = text
-                .find(CONFIG_TABLE)
-                .map(|at| {
-                    let body = &text[at + CONFIG_TABLE.len()..];
-                    let body = body.find("\n[").map_or(body, |end| &body[..end]);
-                    config_hash(body.trim_end())
-                })
-                .unwrap_or(UNKNOWN);
-            map.entry(key).or_default().push(i);
-        }
-        map
-    }
 }
 
-/// The bucket of records whose config table was not found where kart writes it.
-const UNKNOWN: u64 = u64::MAX;
+fn run<'a>(l: &'a Layout, kernel: &str) -> Option<&'a KernelRun> {
+    l.kernels
+        .binary_search_by(|k| k.name.as_str().cmp(kernel))
+        .ok()
+        .map(|i| &l.kernels[i])
+}
 
-fn config_hash(text: &str) -> u64 {
-    let mut h = DefaultHasher::new();
-    text.hash(&mut h);
-    // A hash equal to the bucket of unknowns only costs parsing those records too.
-    h.finish()
+fn record_range(l: &Layout, i: usize) -> Range<u64> {
+    l.starts[i]..l.starts.get(i + 1).copied().unwrap_or(l.end)
 }
 
 /// A config's table body as `kart build` writes it (`A = 7\nB = "x"`).
@@ -346,71 +382,6 @@ fn config_text(config: &Config) -> Option<String> {
     toml::to_string(config)
         .ok()
         .map(|t| t.trim_end().to_string())
-}
-
-/// Where the records and kernels of lock text lie, if it is laid out as this kart's
-/// `kart build` writes it; `None` sends the reader to the whole parse.
-fn layout(text: &str) -> Option<Layout> {
-    // Single-line strings cannot hold a newline, so every `[[artifact]]` line is a
-    // header when no multi-line string exists.
-    if text.contains("\"\"\"") || text.contains("'''") {
-        return None;
-    }
-    let starts: Vec<usize> = text.match_indices(RECORD).map(|(at, _)| at + 1).collect();
-    let last = starts.last().copied().unwrap_or(0);
-    let tables_at = text.find(KERNEL_TABLE).map(|at| at + 1);
-    if tables_at.is_some_and(|t| t < last) {
-        return None;
-    }
-    let end = tables_at.unwrap_or(text.len());
-    let head_end = starts.first().copied().unwrap_or(end);
-    let preamble: Preamble = toml::from_str(&text[..head_end]).ok()?;
-    if preamble.version != LOCK_VERSION {
-        return None;
-    }
-    let tables = match tables_at {
-        Some(at) => {
-            let tables: Tables = toml::from_str(&text[at..]).ok()?;
-            for k in &tables.kernel {
-                if !crate::untrusted::is_c_identifier(&k.name)
-                    || crate::launch::LaunchSpec::from_text(&k.launch).is_err()
-                {
-                    return None;
-                }
-            }
-            tables.kernel
-        }
-        None => Vec::new(),
-    };
-    let mut kernels: Vec<KernelRun> = Vec::new();
-    for (i, &start) in starts.iter().enumerate() {
-        let line = &text[start + RECORD.len() - 1..];
-        let name = line.strip_prefix("kernel = \"")?;
-        let len = name.find('"')?;
-        let name_at = text.len() - name.len();
-        let name = &name[..len];
-        if !crate::untrusted::is_c_identifier(name) || !text[name_at + len..].starts_with("\"\n") {
-            return None;
-        }
-        match kernels.last_mut() {
-            Some(k) if &text[k.name.clone()] == name => k.records.end = i + 1,
-            Some(k) if &text[k.name.clone()] > name => return None,
-            _ => kernels.push(KernelRun {
-                name: name_at..name_at + len,
-                records: i..i + 1,
-                by_config: OnceLock::new(),
-                all: OnceLock::new(),
-            }),
-        }
-    }
-    let records = (0..starts.len()).map(|_| OnceLock::new()).collect();
-    Some(Layout {
-        starts,
-        end,
-        kernels,
-        tables,
-        records,
-    })
 }
 
 #[cfg(test)]

@@ -30,9 +30,12 @@ pub mod limits;
 pub mod lock_canonical;
 pub mod lockfile;
 pub mod lockindex;
+mod lockscan;
 pub mod projects;
 pub mod sidecar;
 
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -265,6 +268,39 @@ impl Store {
         // One stat for a raw blob, two for a compressed one (not blob_path's two and three).
         is_sha256_hex(digest)
             && (self.raw_blob_path(digest).is_file() || self.zst_blob_path(digest).is_file())
+    }
+
+    /// Which of `digests` are stored: a stat each for a few, one listing of the blob
+    /// folders for thousands (a few hundred directory reads instead of a stat each).
+    pub fn have_blobs(&self, digests: &[&str]) -> Vec<bool> {
+        const LIST_PAST: usize = 2048;
+        if digests.len() <= LIST_PAST {
+            return digests.iter().map(|d| self.has_blob(d)).collect();
+        }
+        // Each shard folder a digest falls in, listed once.
+        let mut shards: std::collections::HashMap<&str, Option<HashSet<OsString>>> =
+            std::collections::HashMap::new();
+        digests
+            .iter()
+            .map(|d| {
+                if !is_sha256_hex(d) {
+                    return false;
+                }
+                let names = shards.entry(&d[..2]).or_insert_with_key(|shard| {
+                    let dir = self.dir.join("blobs").join(shard);
+                    let names = std::fs::read_dir(dir).ok()?;
+                    Some(names.flatten().map(|e| e.file_name()).collect())
+                });
+                match names {
+                    Some(names) => {
+                        names.contains(OsStr::new(d))
+                            || names.contains(OsStr::new(&format!("{d}.zst")))
+                    }
+                    // A folder that cannot be listed: ask the file itself.
+                    None => self.has_blob(d),
+                }
+            })
+            .collect()
     }
 
     /// The size of a blob's stored file (compressed or not), if it is there.
@@ -706,6 +742,16 @@ mod tests {
         let path = store.blob_path(&digest);
         assert_eq!(std::fs::read(&path).unwrap(), b"small cubin");
         assert_eq!(store.blob_digests().unwrap(), vec![digest.clone()]);
+        // Asked one by one or through the listing of their folders, the same answer.
+        let big = store.put_blob(&[7u8; 64 << 10]).unwrap();
+        let absent = "0".repeat(64);
+        let asked = [digest.as_str(), &absent, big.as_str(), "not hex"];
+        assert_eq!(store.have_blobs(&asked), [true, false, true, false]);
+        let many: Vec<&str> = asked.iter().copied().cycle().take(4 * 1024).collect();
+        let expected: Vec<bool> = many.iter().map(|d| store.has_blob(d)).collect();
+        assert_eq!(store.have_blobs(&many), expected);
+        assert_eq!(expected.iter().filter(|&&b| b).count(), 2 * 1024);
+        store.remove_blob(&big).unwrap();
         std::fs::write(&path, b"small cubin, grown").unwrap();
         let err = store.read_blob(&digest, Some(11)).unwrap_err();
         assert!(err.to_string().contains("larger than 11 bytes"), "{err}");

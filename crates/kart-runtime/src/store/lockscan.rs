@@ -1,0 +1,351 @@
+//! One pass over `kart.lock` that finds where each record lies without keeping the
+//! text: the offset of every `[[artifact]]` header, each record's kernel name and a
+//! hash of its config table, the version line and the `[[kernel]]` tables. The reader
+//! feeds it the file a buffer at a time (a lock of 100,000 artifacts is about 50 MB,
+//! and filling fresh memory with it costs more than the scan), so opening a lock
+//! touches each byte once and keeps a few words per record.
+//!
+//! The scan answers only for a lock laid out as this kart's `kart build` writes it;
+//! anything else (a hand edit that moves a field, a multi-line string, tables in
+//! another order, another version) ends it with `None`, and the reader parses the
+//! whole lock instead.
+
+use std::hash::Hasher as _;
+use std::ops::Range;
+
+use memchr::memmem;
+use serde::Deserialize;
+
+use crate::store::lockfile::{LOCK_VERSION, LockedKernel};
+#[cfg(test)]
+use crate::text::Limit;
+
+pub(super) const RECORD: &str = "\n[[artifact]]\n";
+const KERNEL_TABLE: &str = "\n[[kernel]]\n";
+const CONFIG_TABLE: &str = "\n[artifact.config]\n";
+const NAME_LINE: &str = "[[artifact]]\nkernel = \"";
+
+/// What the scan found, in file order.
+#[derive(Debug, Default)]
+pub(super) struct Scanned {
+    /// Byte offset of each record's `[[artifact]]` line.
+    pub starts: Vec<u64>,
+    /// Where the last record ends (the `[[kernel]]` tables or the end of the file).
+    pub end: u64,
+    /// Each record's config hash ([`config_hash`] of its table's body as kart writes
+    /// it, [`UNKNOWN`] when the table is not where kart writes it).
+    pub config_keys: Vec<u64>,
+    /// Each kernel's name and its run of records, sorted by name.
+    pub kernels: Vec<(String, Range<usize>)>,
+    /// The `[[kernel]]` tables.
+    pub tables: Vec<LockedKernel>,
+}
+
+/// The bucket of records whose config table was not found where kart writes it.
+pub(super) const UNKNOWN: u64 = u64::MAX;
+
+/// The hash a config's table body is looked up by (`A = 7\nB = "x"`).
+pub(super) fn config_hash(body: &[u8]) -> u64 {
+    let mut h = std::hash::DefaultHasher::new();
+    h.write(body);
+    // A hash equal to the bucket of unknowns only costs parsing those records too.
+    h.finish()
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Preamble {
+    version: u32,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Tables {
+    kernel: Vec<LockedKernel>,
+}
+
+/// A scan in progress. Each call to [`Scanner::feed`] is handed the bytes from where
+/// the previous one stopped (its return value) to as far as the reader got.
+pub(super) struct Scanner {
+    found: Scanned,
+    /// Bytes consumed so far: the next chunk starts here.
+    at: u64,
+    /// Whether the preamble (up to the first record) has been read.
+    preamble: bool,
+    /// Everything from the `[[kernel]]` tables on, once they started.
+    tables: Option<Vec<u8>>,
+    record: memmem::Finder<'static>,
+    kernel_table: memmem::Finder<'static>,
+    config_table: memmem::Finder<'static>,
+    next_table: memmem::Finder<'static>,
+    triple_double: memmem::Finder<'static>,
+    triple_single: memmem::Finder<'static>,
+}
+
+impl Scanner {
+    pub fn new() -> Scanner {
+        Scanner {
+            found: Scanned::default(),
+            at: 0,
+            preamble: false,
+            tables: None,
+            record: memmem::Finder::new(RECORD),
+            kernel_table: memmem::Finder::new(KERNEL_TABLE),
+            config_table: memmem::Finder::new(CONFIG_TABLE),
+            next_table: memmem::Finder::new("\n["),
+            triple_double: memmem::Finder::new("\"\"\""),
+            triple_single: memmem::Finder::new("'''"),
+        }
+    }
+
+    /// Scans `chunk`, the bytes from the end of what was consumed so far; `last` when
+    /// they run to the end of the file. Returns how many bytes were consumed (the rest,
+    /// a record not yet complete, comes again at the front of the next chunk; 0 asks
+    /// for a larger chunk), or `None` when the lock is not laid out as kart writes it.
+    pub fn feed(&mut self, chunk: &[u8], last: bool) -> Option<usize> {
+        if let Some(tables) = &mut self.tables {
+            tables.extend_from_slice(chunk);
+            self.at += chunk.len() as u64;
+            return Some(chunk.len());
+        }
+        // Records end where the tables begin; nothing after them is a record.
+        let tables_at = self.kernel_table.find(chunk).map(|t| t + 1);
+        let limit = tables_at.unwrap_or(chunk.len());
+        // Single-line strings cannot hold a newline, so every `[[artifact]]` line is a
+        // header when no multi-line string exists. (A chunk ends at a record's start,
+        // `\n[`, which no `"""` spans; the tail carried over is scanned again.)
+        if self.triple_double.find(&chunk[..limit]).is_some()
+            || self.triple_single.find(&chunk[..limit]).is_some()
+        {
+            return None;
+        }
+        let mut heads = self
+            .record
+            .find_iter(&chunk[..limit])
+            .map(|h| h + 1)
+            .peekable();
+        let mut from = 0;
+        if !self.preamble {
+            // The version line and comments, up to the first record (or the tables, or
+            // the end).
+            let first = match heads.peek() {
+                Some(&h) => h,
+                None if tables_at.is_some() || last => limit,
+                None => return Some(0),
+            };
+            let text = std::str::from_utf8(&chunk[..first]).ok()?;
+            let preamble: Preamble = toml::from_str(text).ok()?;
+            if preamble.version != LOCK_VERSION {
+                return None;
+            }
+            self.preamble = true;
+            from = first;
+        }
+        // `from` is a record's start (or `limit`): every record from there ends at the
+        // next header, the last one at `limit` if the tables began or the file ended.
+        let mut starts: Vec<usize> = Vec::new();
+        if from < limit {
+            starts.push(from);
+        }
+        starts.extend(heads.filter(|&h| h > from));
+        let complete = tables_at.is_some() || last;
+        for (i, &start) in starts.iter().enumerate() {
+            let end = match starts.get(i + 1) {
+                Some(&next) => next,
+                None if complete => limit,
+                None => {
+                    self.at += start as u64;
+                    return Some(start);
+                }
+            };
+            self.record(chunk, start..end)?;
+        }
+        self.found.end = self.at + limit as u64;
+        if let Some(t) = tables_at {
+            self.tables = Some(chunk[t..].to_vec());
+        }
+        self.at += chunk.len() as u64;
+        Some(chunk.len())
+    }
+
+    /// The result, once every chunk was fed.
+    pub fn finish(mut self) -> Option<Scanned> {
+        if !self.preamble {
+            return None;
+        }
+        if let Some(tables) = self.tables.take() {
+            if self.triple_double.find(&tables).is_some()
+                || self.triple_single.find(&tables).is_some()
+            {
+                return None;
+            }
+            let tables: Tables = toml::from_str(std::str::from_utf8(&tables).ok()?).ok()?;
+            for k in &tables.kernel {
+                if !crate::untrusted::is_c_identifier(&k.name)
+                    || crate::launch::LaunchSpec::from_text(&k.launch).is_err()
+                {
+                    return None;
+                }
+            }
+            self.found.tables = tables.kernel;
+        }
+        Some(self.found)
+    }
+
+    /// One record, `range` of `chunk`: its kernel (runs sorted by name) and config.
+    fn record(&mut self, chunk: &[u8], range: Range<usize>) -> Option<()> {
+        let text = &chunk[range.clone()];
+        let rest = text.strip_prefix(NAME_LINE.as_bytes())?;
+        let len = memchr::memchr(b'"', rest)?;
+        let name = std::str::from_utf8(&rest[..len]).ok()?;
+        if !crate::untrusted::is_c_identifier(name) || rest.get(len + 1) != Some(&b'\n') {
+            return None;
+        }
+        let key = self
+            .config_table
+            .find(text)
+            .map(|at| {
+                let body = &text[at + CONFIG_TABLE.len()..];
+                let body = self.next_table.find(body).map_or(body, |end| &body[..end]);
+                config_hash(body.trim_ascii_end())
+            })
+            .unwrap_or(UNKNOWN);
+        let i = self.found.starts.len();
+        self.found.starts.push(self.at + range.start as u64);
+        self.found.config_keys.push(key);
+        match self.found.kernels.last_mut() {
+            Some((last, run)) if last == name => run.end = i + 1,
+            Some((last, _)) if last.as_str() > name => return None,
+            _ => self.found.kernels.push((name.to_string(), i..i + 1)),
+        }
+        Some(())
+    }
+}
+
+/// Scans lock text already in memory.
+pub(super) fn scan_text(text: &str) -> Option<Scanned> {
+    let mut scanner = Scanner::new();
+    let used = scanner.feed(text.as_bytes(), true)?;
+    (used == text.len()).then_some(())?;
+    scanner.finish()
+}
+
+/// Scans the lock a buffer at a time from `file` (`len` bytes when opened); at most
+/// `max` bytes are read. `Ok(None)`: not laid out as kart writes it.
+pub(super) fn scan_file(
+    file: impl std::io::Read,
+    len: u64,
+    max: u64,
+) -> std::io::Result<Option<Scanned>> {
+    // A buffer that stays in the cache; most locks fit in one.
+    scan_chunked(file, (1 << 20).min(len as usize + 1).max(4096), max)
+}
+
+fn scan_chunked(
+    mut file: impl std::io::Read,
+    chunk: usize,
+    max: u64,
+) -> std::io::Result<Option<Scanned>> {
+    let mut scanner = Scanner::new();
+    let mut buf = vec![0u8; chunk];
+    let (mut filled, mut read) = (0usize, 0u64);
+    loop {
+        if filled == buf.len() {
+            // One record larger than the buffer: grow it.
+            buf.resize(buf.len() * 2, 0);
+        }
+        let n = file.read(&mut buf[filled..])?;
+        read += n as u64;
+        if read > max {
+            return Ok(None);
+        }
+        filled += n;
+        let last = n == 0;
+        let Some(used) = scanner.feed(&buf[..filled], last) else {
+            return Ok(None);
+        };
+        if last {
+            return Ok((used == filled).then(|| scanner.finish()).flatten());
+        }
+        buf.copy_within(used..filled, 0);
+        filled -= used;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::lockfile::LOCK_FILE;
+
+    /// Hands out at most `step` bytes per read, as a pipe or a slow disk may.
+    struct Trickle<'a> {
+        bytes: &'a [u8],
+        step: usize,
+    }
+
+    impl std::io::Read for Trickle<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+            let n = self.step.min(buf.len()).min(self.bytes.len());
+            buf[..n].copy_from_slice(&self.bytes[..n]);
+            self.bytes = &self.bytes[n..];
+            Ok(n)
+        }
+    }
+
+    fn same(a: &Scanned, b: &Scanned) -> bool {
+        a.starts == b.starts
+            && a.end == b.end
+            && a.config_keys == b.config_keys
+            && a.kernels == b.kernels
+            && a.tables == b.tables
+    }
+
+    #[test]
+    fn a_lock_read_in_any_chunks_scans_as_read_whole() {
+        let text = std::fs::read_to_string(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../..")
+                .join(LOCK_FILE),
+        )
+        .unwrap();
+        let whole = scan_text(&text).expect("the repository's lock is laid out as kart writes it");
+        assert!(whole.starts.len() > 100 && !whole.tables.is_empty());
+        // Buffers smaller than one record (they grow), a few records, odd sizes; reads
+        // of one byte and of many.
+        for (chunk, step) in [(64, 1 << 20), (700, 3), (4096, 1 << 20), (5000, 977)] {
+            let reader = Trickle {
+                bytes: text.as_bytes(),
+                step,
+            };
+            let chunked = scan_chunked(reader, chunk, Limit::LOCK.bytes)
+                .unwrap()
+                .expect("laid out");
+            assert!(same(&chunked, &whole), "chunk {chunk}, step {step}");
+        }
+        // A multi-line string anywhere, even across where a chunk ends, ends the scan.
+        let at = text.len() / 2;
+        let cut = text[..at].rfind("nvcc = \"").unwrap();
+        let multiline = format!(
+            "{}nvcc = \"\"\"13.0.88\"\"\"{}",
+            &text[..cut],
+            &text[cut + "nvcc = \"13.0.88\"".len()..]
+        );
+        for chunk in [64, 700, 4096] {
+            let reader = Trickle {
+                bytes: multiline.as_bytes(),
+                step: 1 << 20,
+            };
+            assert!(
+                scan_chunked(reader, chunk, Limit::LOCK.bytes)
+                    .unwrap()
+                    .is_none()
+            );
+        }
+        // More than the limit: not scanned.
+        let reader = Trickle {
+            bytes: text.as_bytes(),
+            step: 1 << 20,
+        };
+        assert!(scan_chunked(reader, 4096, 1000).unwrap().is_none());
+    }
+}

@@ -3,7 +3,7 @@ through kart's exported Python modules only (no nvcc, no JIT), against PyTorch:
 
     python3 bench/libraries/gpu_check.py bench/libraries/out
 
-The folder holds sgemm.py, llmc.py and deepgemm.py (`kart export --python
+The folder holds sgemm.py, llmc_dev.py and deepgemm.py (`kart export --python
 --all-configs`, written by build.sh); a module that is missing is reported as a failure.
 One line per check (`ok` or `FAIL`, what was launched and the error against the
 reference); exit 1 if any check failed.
@@ -11,11 +11,11 @@ reference); exit 1 if any check failed.
 - sgemm (siboehm/SGEMM_CUDA kernel 10): every exported config, C = alpha*A@B + beta*C in
   fp32 through `launch()` with [launch] geometry, against float64; relative L2 error
   below 1e-5.
-- llmc (karpathy/llm.c): gelu forward (every precision and block size, through
-  `launch()`) against F.gelu(approximate="tanh"); gelu backward against autograd;
-  layernorm forward kernel3 and kernel6 against F.layer_norm (output, mean, rstd);
-  residual forward against a + b. Max abs error below 1e-5 (fp32), 2e-3 (fp16) and
-  2e-2 (bf16) on data of unit scale, relative to the output's magnitude where it grows.
+- llmc_dev (karpathy/llm.c dev/cuda): gelu forward kernel2 (bf16, every block size,
+  through `launch()`) and kernel1 against F.gelu(approximate="tanh"), max abs error
+  below 2e-2 of the largest output (bf16's precision); layernorm forward kernels 3 to 6
+  (fp32) against F.layer_norm (output below 1e-4, mean and rstd below 1e-4); softmax
+  kernels 4 and 7 (fp32) against float64 softmax, below 1e-6.
 - deepgemm (DeepGEMM SM90 FP8 GEMM, 1D2D scaling): every exported config at M = 128 and
   4096 for its (N, K), D = A_fp8 * B_fp8^T with per-token 1x128 scales of A and 128x128
   block scales of B, through `launch()` (kart makes the four tensor maps and launches the
@@ -70,70 +70,58 @@ def sgemm(mod, torch):
                   err < 1e-5 and not torch.isnan(c).any().item(), f"rel. L2 error {err:.2e} (limit 1e-5)")
 
 
-PRECISIONS = {"ENABLE_BF16": ("bfloat16", 2e-2), "ENABLE_FP16": ("float16", 2e-3), "ENABLE_FP32": ("float32", 1e-5)}
-
-
-def llmc(mod, torch):
+def llmc_dev(mod, torch):
     import torch.nn.functional as F
 
     g = torch.Generator(device="cuda").manual_seed(1)
     configs = mod.kernels()
-    for config in configs["gelu"]:
-        dtype, tol = PRECISIONS[config["PRECISION"]]
-        dtype = getattr(torch, dtype)
-        n = 8 * 512 * 64
-        x = (torch.randn(n, device="cuda", generator=g) * 2).to(dtype)
-        out = torch.full_like(x, float("nan"))
-        mod.launch("gelu", out, x, problem=dict(N=n, ELEM=x.element_size()), **config)
-        torch.cuda.synchronize()
+    n = 8 * 1024 * 96
+    for config in configs["gelu_forward"]:
+        # gelu_forward.cu defines ENABLE_BF16 itself: floatX is bf16
+        x = (torch.randn(n, device="cuda", generator=g) * 2).to(torch.bfloat16)
         ref = F.gelu(x.float(), approximate="tanh")
-        err = (out.float() - ref).abs().max().item()
-        check(f"gelu_forward_kernel2[{text(config)}] N={n}", err < tol, f"max abs error {err:.2e} (limit {tol:.0e})")
-        # backward, in place: d = d * gelu'(x), through the raw launcher and its own grid
-        xr = x.float().requires_grad_()
-        dout = torch.randn(n, device="cuda", generator=g).to(dtype)
-        F.gelu(xr, approximate="tanh").backward(dout.float())
-        d = dout.clone()
-        back = mod.load("gelu", entry="gelu_backward_inplace_kernel", **config)
         block = config["BLOCK"]
-        back((n // (block * (16 // x.element_size())),), (block,), d, x)
-        torch.cuda.synchronize()
-        err = (d.float() - xr.grad).abs().max().item() / max(1.0, xr.grad.abs().max().item())
-        check(f"gelu_backward_inplace_kernel[{text(config)}] N={n}", err < tol,
-              f"max abs error {err:.2e} relative to max |grad| (limit {tol:.0e})")
-    for config in configs["layernorm"]:
-        dtype, tol = PRECISIONS[config["PRECISION"]]
-        dtype = getattr(torch, dtype)
-        rows, c = 4 * 64, 768
-        inp = torch.randn(rows, c, device="cuda", generator=g).to(dtype)
-        w = (1 + 0.1 * torch.randn(c, device="cuda", generator=g)).to(dtype)
-        b = (0.1 * torch.randn(c, device="cuda", generator=g)).to(dtype)
-        ref = F.layer_norm(inp.float(), (c,), w.float(), b.float(), eps=1e-5)
-        ref_mean = inp.float().mean(-1)
-        ref_rstd = torch.rsqrt(inp.float().var(-1, unbiased=False) + 1e-5)
-        esize = inp.element_size()
-        for entry, grid, block, smem in [
-            ("layernorm_forward_kernel3", ((rows * 32 + 255) // 256,), (256,), 0),
-            ("layernorm_forward_kernel6", ((rows + 7) // 8,), (32, 8), (2 + 8) * c * esize),
-        ]:
-            out = torch.full_like(inp, float("nan"))
-            mean = torch.full((rows,), float("nan"), device="cuda")
-            rstd = torch.full((rows,), float("nan"), device="cuda")
-            k = mod.load("layernorm", entry=entry, **config)
-            k(grid, block, out, mean, rstd, inp, w, b, rows, c, shared_mem=smem)
+        for entry in ("gelu_forward_kernel2", "gelu_forward_kernel1"):
+            out = torch.full_like(x, float("nan"))
+            if entry == "gelu_forward_kernel2":  # through [launch], and the one-line form
+                mod.launch("gelu_forward", out, x, n, problem=dict(N=n), **config)
+            else:  # one element per thread, through the raw launcher and its own grid
+                mod.load("gelu_forward", entry=entry, **config)(((n + block - 1) // block,), (block,), out, x, n)
             torch.cuda.synchronize()
             err = (out.float() - ref).abs().max().item() / max(1.0, ref.abs().max().item())
-            stats = max((mean - ref_mean).abs().max().item(), ((rstd - ref_rstd) / ref_rstd).abs().max().item())
-            check(f"{entry}[{text(config)}] rows={rows} C={c}", err < tol and stats < 1e-3,
-                  f"max abs error {err:.2e} relative to max |out| (limit {tol:.0e}); mean/rstd {stats:.1e} (limit 1e-3)")
-        n = rows * c
-        other = torch.randn(rows, c, device="cuda", generator=g).to(dtype)
+            check(f"{entry}[{text(config)}] N={n}", err < 2e-2,
+                  f"max abs error {err:.2e} relative to max |gelu| (limit 2e-2, bf16)")
+    rows, c = 4 * 64, 768
+    inp = torch.randn(rows, c, device="cuda", generator=g)
+    w = 1 + 0.1 * torch.randn(c, device="cuda", generator=g)
+    b = 0.1 * torch.randn(c, device="cuda", generator=g)
+    ref = F.layer_norm(inp, (c,), w, b, eps=1e-5)
+    ref_mean = inp.double().mean(-1)
+    ref_rstd = torch.rsqrt(inp.double().var(-1, unbiased=False) + 1e-5)
+    for entry, grid, block, smem in [
+        ("layernorm_forward_kernel3", ((rows * 32 + 255) // 256,), (256,), 0),
+        ("layernorm_forward_kernel4", ((rows * 32 + 255) // 256,), (256,), 0),
+        ("layernorm_forward_kernel5", (rows,), (256,), 0),
+        ("layernorm_forward_kernel6", ((rows + 7) // 8,), (32, 8), (2 + 8) * c * 4),
+    ]:
         out = torch.full_like(inp, float("nan"))
-        k = mod.load("layernorm", entry="residual_forward_kernel", **config)
-        k((n // (256 * (16 // esize)),), (256,), out, inp, other)
+        mean = torch.full((rows,), float("nan"), device="cuda")
+        rstd = torch.full((rows,), float("nan"), device="cuda")
+        mod.load("layernorm_forward", entry=entry)(grid, block, out, mean, rstd, inp, w, b, rows, c, shared_mem=smem)
         torch.cuda.synchronize()
-        err = (out.float() - (inp.float() + other.float()).to(dtype).float()).abs().max().item()
-        check(f"residual_forward_kernel[{text(config)}] N={n}", err <= tol, f"max abs error {err:.2e} (limit {tol:.0e})")
+        err = (out - ref).abs().max().item()
+        stats = max((mean - ref_mean).abs().max().item(), ((rstd - ref_rstd) / ref_rstd).abs().max().item())
+        check(f"{entry} rows={rows} C={c}", err < 1e-4 and stats < 1e-4,
+              f"max abs error {err:.2e} (limit 1e-4); mean/rstd {stats:.1e} (limit 1e-4)")
+    rows, c = 1024, 1000
+    inp = torch.randn(rows, c, device="cuda", generator=g) * 4
+    ref = torch.softmax(inp.double(), -1)
+    for entry, smem in [("softmax_forward_kernel4", 256 // 32 * 4), ("softmax_forward_kernel7", 2 * 256 // 32 * 4)]:
+        out = torch.full_like(inp, float("nan"))
+        mod.load("softmax_forward", entry=entry)((rows,), (256,), out, inp, rows, c, shared_mem=smem)
+        torch.cuda.synchronize()
+        err = (out.double() - ref).abs().max().item()
+        check(f"{entry} rows={rows} C={c}", err < 1e-6, f"max abs error {err:.2e} (limit 1e-6)")
 
 
 def deepgemm(mod, torch):
@@ -174,7 +162,7 @@ def main(folder):
     import torch
 
     print(f"GPU: {torch.cuda.get_device_name()}, torch {torch.__version__}")
-    for name, run in (("sgemm", sgemm), ("llmc", llmc), ("deepgemm", deepgemm)):
+    for name, run in (("sgemm", sgemm), ("llmc_dev", llmc_dev), ("deepgemm", deepgemm)):
         mod = load_module(folder, name)
         if mod is None:
             continue

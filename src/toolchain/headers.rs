@@ -15,6 +15,8 @@ pub const HEADER_WHEELS: &[(&str, &str)] = &[
     ("nvtx3/nvToolsExtCuda.h", "nvidia-nvtx"),
     ("nvtx3/nvToolsExtCudaRt.h", "nvidia-nvtx"),
     ("nvtx3/nvtx3.hpp", "nvidia-nvtx"),
+    ("cuda_profiler_api.h", "nvidia-cuda-profiler-api"),
+    ("cudaProfiler.h", "nvidia-cuda-profiler-api"),
     ("curand.h", "nvidia-curand"),
     ("curand_kernel.h", "nvidia-curand"),
     ("cufft.h", "nvidia-cufft"),

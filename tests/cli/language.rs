@@ -231,6 +231,32 @@ fn a_prelude_that_would_swallow_kart_s_lines_is_refused_at_its_line() {
 }
 
 #[test]
+fn the_profiler_api_header_a_training_library_includes_names_its_wheel() {
+    // llm.c's cuda_common.h includes <cuda_profiler_api.h> beside the NVTX headers, in a
+    // .cuh of plain C++ kernels; the header is in a wheel of its own.
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/prof/prof.cuh",
+        "#include <cuda_profiler_api.h>\n__global__ void mark(int *flag) { flag[threadIdx.x] = 7; }\n",
+    );
+    p.write(
+        "kernels/prof/kernel.toml",
+        "name = \"prof\"\nsources = [\"prof.cuh\"]\nentry = [\"mark\"]\n",
+    );
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("prof[-] sm_90: nvcc failed (exit status: ")
+            && err.contains(
+                "): `cuda_profiler_api.h` is in NVIDIA's `nvidia-cuda-profiler-api` wheel, not in nvcc's"
+            )
+            && err.contains("components = [\"nvidia-cuda-profiler-api==VERSION\"]"),
+        "{err}"
+    );
+}
+
+#[test]
 fn a_toolkit_header_of_a_component_not_declared_names_the_line_to_add() {
     let p = TestProject::new(&["sm_90"]);
     p.write(

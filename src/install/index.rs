@@ -193,7 +193,7 @@ impl Index {
         pick_wheel(&body, name, version, tag)
             .map_err(|why| self.error(&url, why))?
             .ok_or_else(|| {
-                let versions = wheel_versions(&body, name, tag);
+                let versions = wheel_versions(&body, name, tag, version);
                 Error::environment(
                     format!("the index has no Linux {tag} wheel of `{name}=={version}` (at {url})"),
                     if versions.is_empty() {
@@ -300,8 +300,13 @@ pub fn pick_wheel(
 }
 
 /// The versions of `name` that a project page (`body`) has a wheel of for machine `tag`
-/// (as [`pick_wheel`] takes them), in the page's order, each once; the newest 20.
-pub fn wheel_versions(body: &[u8], name: &str, tag: &str) -> Vec<String> {
+/// (as [`pick_wheel`] takes them), each once, in version order (`13.2` before `13.10`),
+/// at most 20: those nearest the refused `pinned` version (sharing its longest leading
+/// components that any version shares: `13.0.0.19` for a pin of `13.0`), then the newest.
+/// An index page lists files by name, so the newest by the page's order would leave out
+/// the release that matches the pinned nvcc.
+pub fn wheel_versions(body: &[u8], name: &str, tag: &str, pinned: &str) -> Vec<String> {
+    const SHOWN: usize = 20;
     let Ok(project) = serde_json::from_slice::<Project>(body) else {
         return Vec::new();
     };
@@ -321,8 +326,58 @@ pub fn wheel_versions(body: &[u8], name: &str, tag: &str) -> Vec<String> {
             versions.push(version.to_string());
         }
     }
-    let skip = versions.len().saturating_sub(20);
-    versions.split_off(skip)
+    versions.sort_by(|a, b| version_order(a, b));
+    let parts: Vec<&str> = pinned.split('.').collect();
+    let near: Vec<&String> = (1..=parts.len())
+        .rev()
+        .map(|n| parts[..n].join("."))
+        .map(|lead| {
+            let dotted = format!("{lead}.");
+            versions
+                .iter()
+                .filter(|v| **v == lead || v.starts_with(&dotted))
+                .collect::<Vec<_>>()
+        })
+        .find(|found| !found.is_empty())
+        .unwrap_or_default();
+    let mut kept: Vec<String> = near
+        .iter()
+        .rev()
+        .take(SHOWN)
+        .map(|v| v.to_string())
+        .collect();
+    for v in versions.iter().rev() {
+        if kept.len() >= SHOWN {
+            break;
+        }
+        if !kept.contains(v) {
+            kept.push(v.clone());
+        }
+    }
+    kept.sort_by(|a, b| version_order(a, b));
+    kept
+}
+
+/// Dotted versions compared component by component, numerically where both are
+/// numbers (`13.2` before `13.10`), else as text (`13.4.46rc1`).
+fn version_order(a: &str, b: &str) -> std::cmp::Ordering {
+    let (mut x, mut y) = (a.split('.'), b.split('.'));
+    loop {
+        match (x.next(), y.next()) {
+            (None, None) => return std::cmp::Ordering::Equal,
+            (None, Some(_)) => return std::cmp::Ordering::Less,
+            (Some(_), None) => return std::cmp::Ordering::Greater,
+            (Some(p), Some(q)) => {
+                let order = match (p.parse::<u64>(), q.parse::<u64>()) {
+                    (Ok(m), Ok(n)) => m.cmp(&n),
+                    _ => p.cmp(q),
+                };
+                if order != std::cmp::Ordering::Equal {
+                    return order;
+                }
+            }
+        }
+    }
 }
 
 /// A project name as the simple API spells it (PEP 503).

@@ -378,29 +378,35 @@ pub(crate) fn fake_index(
                 }
             } else {
                 let name = path.trim_matches('/');
-                let entry = NVCC_WHEELS
-                    .iter()
-                    .find(|(n, _)| *n == name)
-                    .map(|(_, f)| {
-                        let sha = kart::install::sets::pinned_sha256(f).unwrap().to_string();
-                        (f.to_string(), sha, 10usize)
-                    })
-                    .or_else(|| {
-                        served
+                // Every version of a component the index serves, each a file of its page.
+                let entries: Vec<(String, String, usize)> =
+                    match NVCC_WHEELS.iter().find(|(n, _)| *n == name) {
+                        Some((_, f)) => {
+                            let sha = kart::install::sets::pinned_sha256(f).unwrap().to_string();
+                            vec![(f.to_string(), sha, 10usize)]
+                        }
+                        None => served
                             .iter()
-                            .find(|(n, _, _)| n == name)
+                            .filter(|(n, _, _)| n == name)
                             .map(|(_, f, b)| (f.clone(), kart::digest::sha256_hex(b), b.len()))
-                    });
-                match entry {
-                    Some((file, sha, size)) => (
+                            .collect(),
+                    };
+                if entries.is_empty() {
+                    ("404 Not Found", Vec::new())
+                } else {
+                    let files: Vec<String> = entries
+                        .iter()
+                        .map(|(file, sha, size)| {
+                            format!(
+                                "{{\"filename\": \"{file}\", \"url\": \"{base}/files/{file}\", \
+                                 \"hashes\": {{\"sha256\": \"{sha}\"}}, \"size\": {size}}}"
+                            )
+                        })
+                        .collect();
+                    (
                         "200 OK",
-                        format!(
-                            "{{\"files\": [{{\"filename\": \"{file}\", \"url\": \"{base}/files/{file}\", \
-                             \"hashes\": {{\"sha256\": \"{sha}\"}}, \"size\": {size}}}]}}"
-                        )
-                        .into_bytes(),
-                    ),
-                    None => ("404 Not Found", Vec::new()),
+                        format!("{{\"files\": [{}]}}", files.join(", ")).into_bytes(),
+                    )
                 }
             };
             let _ = write!(
@@ -634,6 +640,31 @@ fn a_component_pin_the_index_lacks_is_refused_with_the_versions_it_has() {
         said.contains("the index has no Linux")
             && said.contains("wheel of `nvidia-fake-a==2.0`")
             && said.contains("versions of `nvidia-fake-a` the index has for this machine: 1.0"),
+        "{said}"
+    );
+}
+
+#[test]
+fn a_refused_pin_lists_the_releases_nearest_it_in_version_order() {
+    // An index page lists files by name: 1.0.x sorts before 1.1 and 1.10 before 1.2, so
+    // the last 20 of the page would leave out the 1.0 release a pin of `1.0` means.
+    let tmp = tempfile::tempdir().unwrap();
+    let home = tmp.path().join("home");
+    let mut pins: Vec<String> = vec!["nvidia-fake-a==1.0.7".to_string()];
+    pins.extend((1..=24).map(|minor| format!("nvidia-fake-a=={minor}.1")));
+    let mut pins: Vec<&str> = pins.iter().map(String::as_str).collect();
+    pins.sort_unstable();
+    let (index, _) = fake_index(&home, &pins);
+    let dir = project_with(tmp.path(), &home, "p", &["nvidia-fake-a==1.0"]);
+    let out = kart_at(&dir, &home, &index, &["toolchain", "install"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out));
+    let said = stderr(&out);
+    let newest: Vec<String> = (6..=24).map(|minor| format!("{minor}.1")).collect();
+    assert!(
+        said.contains(&format!(
+            "versions of `nvidia-fake-a` the index has for this machine: 1.0.7, {}; pin one of them",
+            newest.join(", ")
+        )),
         "{said}"
     );
 }

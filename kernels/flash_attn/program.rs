@@ -2,16 +2,22 @@
 //! kernels/flash_attn_hopper, called alike), run on a GPU machine from the repository
 //! root after `kart build`:
 //!
-//!   flash_attn check   every config of both kernels this GPU runs, on S in {1, 17, 128,
-//!                      500, 512, 2048}, D in {64, 128}, causal or not, against a float64
-//!                      CPU reference on random inputs (one set per shape; output
-//!                      poisoned with NaN before each run: every element must be
+//!   flash_attn check   every config of the family's kernels this GPU runs, on S in {1,
+//!                      17, 128, 500, 512, 2048}, D in {64, 128}, causal or not, against
+//!                      a float64 CPU reference on random inputs (one set per shape;
+//!                      output poisoned with NaN before each run: every element must be
 //!                      written); passes go to kart.attest (`correct`)
-//!   flash_attn tune    the library's tuner over both kernels, B x H in {32x32, 8x16,
-//!                      1x8} at S = 512 and {8x16, 1x8} at S = 2048, D in {64, 128},
-//!                      causal or not; the winner of each goes to kart.tune
+//!   flash_attn tune    the library's tuner over the family's kernels, B x H in {32x32,
+//!                      8x16, 1x8} at S = 512, {8x16, 1x8} at S = 2048 and 2x16 at
+//!                      S = 4096, D in {64, 128}, causal or not; the winner of each goes
+//!                      to kart.tune
 //!   flash_attn demo    attention through the kart runtime with best(): a small shape
 //!                      checked against the CPU, then time and TFLOP/s per problem
+//!
+//! The family is kernels/flash_attn and its variants; `--kernel NAME[,NAME...]` after
+//! the command keeps only those of its kernels (`flash_attn check --kernel
+//! flash_attn_hopper2` checks one variant; a tune so restricted records the best of
+//! those kernels only).
 //!
 //! Exit 1 if any check fails.
 
@@ -382,6 +388,7 @@ fn problems() -> Vec<Problem> {
         (1, 8, 512),
         (8, 16, 2048),
         (1, 8, 2048),
+        (2, 16, 4096),
     ] {
         for d in [64i64, 128] {
             for causal in [0i64, 1] {
@@ -509,10 +516,62 @@ fn demo(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     Ok(ok)
 }
 
+/// The family's kernels named by `--kernel NAME[,NAME...]` in `args` (all without it),
+/// or why not: a missing list, or a name that is not one of the family's.
+fn select<'a>(family: Vec<&'a Kernel>, args: &[String]) -> Result<Vec<&'a Kernel>, String> {
+    let Some(at) = args.iter().position(|a| a == "--kernel") else {
+        return match args.first() {
+            Some(other) => Err(format!("unknown argument `{other}`")),
+            None => Ok(family),
+        };
+    };
+    let names: Vec<&str> = family.iter().map(|k| k.name.as_str()).collect();
+    let Some(list) = args.get(at + 1) else {
+        return Err(format!(
+            "--kernel needs a name (the family: {})",
+            names.join(", ")
+        ));
+    };
+    if let Some(extra) = args
+        .iter()
+        .enumerate()
+        .find(|(i, _)| *i != at && *i != at + 1)
+    {
+        return Err(format!("unknown argument `{}`", extra.1));
+    }
+    let wanted: Vec<&str> = list.split(',').filter(|n| !n.is_empty()).collect();
+    if let Some(unknown) = wanted.iter().find(|n| !names.contains(n)) {
+        return Err(format!(
+            "`{unknown}` is not a kernel of the {KERNEL} family ({})",
+            names.join(", ")
+        ));
+    }
+    if wanted.is_empty() {
+        return Err(format!(
+            "--kernel needs a name (the family: {})",
+            names.join(", ")
+        ));
+    }
+    Ok(family
+        .into_iter()
+        .filter(|k| wanted.contains(&k.name.as_str()))
+        .collect())
+}
+
 fn main() -> Res<()> {
-    let command = std::env::args().nth(1).unwrap_or_default();
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let command = args.first().cloned().unwrap_or_default();
     let project = Project::discover(Path::new("."))?;
-    let family = project.family(KERNEL)?;
+    let family = match select(project.family(KERNEL)?, args.get(1..).unwrap_or(&[])) {
+        Ok(family) => family,
+        Err(why) => {
+            eprintln!("error: {why}");
+            eprintln!(
+                "usage: flash_attn check | tune | demo [--kernel NAME[,NAME...]] (from the repository root)"
+            );
+            std::process::exit(2);
+        }
+    };
     let rt = Runtime::open(Path::new("."))?;
     let gpu = Gpu::open(0)?;
     println!(
@@ -529,7 +588,9 @@ fn main() -> Res<()> {
         }
         "demo" => demo(&rt, &gpu, &family)?,
         _ => {
-            eprintln!("usage: flash_attn check | tune | demo (from the repository root)");
+            eprintln!(
+                "usage: flash_attn check | tune | demo [--kernel NAME[,NAME...]] (from the repository root)"
+            );
             std::process::exit(2);
         }
     };

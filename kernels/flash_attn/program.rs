@@ -3,8 +3,10 @@
 //! root after `kart build`:
 //!
 //!   flash_attn check   every config of the family's kernels this GPU runs, on S in {1,
-//!                      17, 128, 500, 512, 2048}, D in {64, 128}, causal or not, against
-//!                      a float64 CPU reference on random inputs (one set per shape;
+//!                      17, 128, 500, 512, 2048} (batch x heads 3) and S = 500 with batch
+//!                      x heads 80 (each block of a persistent grid takes several work
+//!                      items), D in {64, 128}, causal or not, against a float64 CPU
+//!                      reference on random inputs (one set per shape;
 //!                      output poisoned with NaN before each run: every element must be
 //!                      written); passes go to kart.attest (`correct`)
 //!   flash_attn tune    the library's tuner over the family's kernels, B x H in {32x32,
@@ -261,23 +263,27 @@ fn check(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<bool> {
     let mut seed = 0x9E37_79B9_7F4A_7C15u64;
     let mut all_ok = true;
     let mut passed = Vec::new();
-    println!("correctness against float64 on the CPU, batch x heads = 3, rel. error limit 2e-3");
+    println!(
+        "correctness against float64 on the CPU, batch x heads = 3 (and 80 at S = 500: more work items than a persistent grid has blocks), rel. error limit 2e-3"
+    );
     for d in [64i64, 128] {
         for causal in [0i64, 1] {
             let cases: Vec<Case> = [1usize, 17, 128, 500, 512, 2048]
                 .into_iter()
-                .map(|s| Case::new(3, s, d as usize, causal == 1, &mut seed))
+                .map(|s| (3, s))
+                .chain([(80, 500)])
+                .map(|(bh, s)| Case::new(bh, s, d as usize, causal == 1, &mut seed))
                 .collect();
             for (name, config) in configs_for(rt, gpu, family, d, causal)? {
                 let loaded = gpu.kernel(rt, &name, &config)?;
                 let mut worst = 0f64;
                 let mut failure = None;
                 for case in &cases {
-                    let s = case.s;
+                    let (bh, s) = (case.bh, case.s);
                     match check_once(gpu, &loaded, case) {
                         Ok(Ok(rel)) => worst = worst.max(rel),
-                        Ok(Err(why)) => failure = Some(format!("S={s}: {why}")),
-                        Err(e) => failure = Some(format!("S={s}: {e}")),
+                        Ok(Err(why)) => failure = Some(format!("B*H={bh} S={s}: {why}")),
+                        Err(e) => failure = Some(format!("B*H={bh} S={s}: {e}")),
                     }
                     if failure.is_some() {
                         break;

@@ -25,8 +25,9 @@ W=$(mktemp -d)
 { hdr; $B/kart ls flash_attn_hopper2; } > $OUT/h2-ls.log 2>&1
 echo "ls exit $?"; grep -cE "^flash_attn_hopper2 .* yes " $OUT/h2-ls.log | sed 's/^/  blobs in the store: /'
 
-# 1. Every config of the new kernel against float64 (S in {1, 17, 128, 500, 512, 2048},
-#    D 64 and 128, causal or not, output poisoned): `correct` in kart.attest.
+# 1. Every config of the new kernel against float64 (S in {1, 17, 128, 500, 512, 2048}
+#    with batch x heads 3, and S = 500 with 80, where every block takes several work
+#    items; D 64 and 128, causal or not, output poisoned): `correct` in kart.attest.
 { hdr; time timeout 120 $B/flash_attn check --kernel flash_attn_hopper2; } > $OUT/h2-check.log 2>&1
 rc=$?; echo "check exit $rc"; grep -cE '^\s+ok' $OUT/h2-check.log | sed 's/^/  configs ok: /'
 grep -E "FAIL|configs correct|real" $OUT/h2-check.log

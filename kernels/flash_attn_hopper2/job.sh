@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The second Hopper FlashAttention kernel (kernels/flash_attn_hopper2) on one GPU, in about
 # 6 minutes: its lock records and resources, the float64 check of every one of its configs
-# (kart.attest), the tuner over the whole family (kernels/flash_attn and both Hopper
+# (kart.attest), its GPU test where the test binary is staged, the tuner over the whole family (kernels/flash_attn and both Hopper
 # variants) on its 24 problems (kart.tune), best()'s pick of each checked and timed, then
 # the benchmark of the family against cuDNN with best() choosing (the records just
 # written), with each row's fastest config per LAZY and SCHED value.
@@ -34,6 +34,15 @@ grep -E "FAIL|configs correct|real" $OUT/h2-check.log
 if grep -q "^real" $OUT/h2-check.log && ! grep -q "configs correct" $OUT/h2-check.log; then
   echo "the check did not finish (timeout or crash): nothing is timed"; cp kart.attest $OUT/; exit 1
 fi
+
+# 1b. Every order of work against the first Hopper kernel on a problem of many work items
+#     per block (bit for bit with LAZY 0), where the GPU test binary is carried in
+#     .gpu/tests (cargo test --release --no-run --test gpu).
+for t in .gpu/tests/gpu-*; do
+  [[ -x $t ]] || continue
+  KART_REQUIRE_GPU=1 timeout 90 $t causal_orders_of_flash_attn_hopper2 > $OUT/h2-gpu-test.log 2>&1
+  echo "gpu test exit $?"; tail -n 9 $OUT/h2-gpu-test.log
+done
 
 # 2. The tuner over the whole family on the 24 problems: every config of each kernel
 #    with the problem's D and causality, checked on a small batch, then timed (L2

@@ -182,6 +182,10 @@ const TESTS: &[Test] = &[
         hopper::a_variant_is_called_as_its_base_and_chosen_on_hopper,
     ),
     (
+        "causal_orders_of_flash_attn_hopper2_match_the_first_hopper_kernel",
+        hopper::causal_orders_of_flash_attn_hopper2_match_the_first_hopper_kernel,
+    ),
+    (
         "split_k_variant_matches_its_base_bit_for_bit",
         dual_gemm::split_k_variant_matches_its_base_bit_for_bit,
     ),

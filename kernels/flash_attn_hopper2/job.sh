@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
-# The second Hopper FlashAttention kernel (kernels/flash_attn_hopper2) on one GPU, in 5 to 8
-# minutes: its lock records and resources, the float64 check of every one of its configs
-# (kart.attest), its GPU test where the test binary is staged, the tuner over the whole family (kernels/flash_attn and both Hopper
-# variants) on its 24 problems (kart.tune), best()'s pick of each checked and timed, then
-# the benchmark of the family against cuDNN with best() choosing (the records just
-# written), with each row's fastest config per LAZY and SCHED value.
+# The second Hopper FlashAttention kernel (kernels/flash_attn_hopper2) on one GPU, in 5
+# to 8 minutes: its lock records and resources, the float64 check of every one of its
+# configs (kart.attest), its GPU test where the test binary is staged, the tuner over
+# the whole family (kernels/flash_attn and both Hopper variants) on its 24 problems
+# (kart.tune), best()'s pick of each checked and timed, then the benchmark of the family
+# against cuDNN with best() choosing (the records just written), with each row's
+# fastest config per LAZY and SCHED value.
 # Needs .gpu/bin/kart and .gpu/bin/flash_attn (cargo build --release --example
 # flash_attn) and a store holding the family's cubins in .gpu/store.tgz (a folder
 # `store` holding artifacts/). Logs, and kart.attest and kart.tune as they end up, go to

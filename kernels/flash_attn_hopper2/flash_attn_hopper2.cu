@@ -121,10 +121,10 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
   const int work = query_blocks * heads;
   // SCHED 1: heads per group, as many as have their K and V in 16 MiB (at least one).
   const int group = SCHED == 1 ? int(max(1ll, min((long long)heads, (16ll << 20) / (4ll * max(seq, 1) * D)))) : 1;
-  // The p-th work item of this block (p = 0, 1, ...): 1 with its query block's first
+  // The n-th work item of this block (n = 0, 1, ...): 1 with its query block's first
   // row m0 and its batch x head bh, 2 for a slot with no item (skip it), 0 past the
   // last. The producer and every consumer walk the same sequence.
-  auto slot = [&](int p, int &m0, int &bh) -> int {
+  auto slot = [&](int n, int &m0, int &bh) -> int {
     if constexpr (SCHED == 0) {
       // Items in turn over the resident blocks; consecutive items are the query blocks
       // of one head, so the blocks running at once share heads and read each K and V
@@ -132,7 +132,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // DRAM at 77-85%, measured); within a head the last query blocks (the most keys
       // when causal) come first, the order turned by one per pass of the grid over the
       // heads, so a block does not get a query block of the same length on every pass.
-      const int item = blockIdx.x + p * gridDim.x;
+      const int item = blockIdx.x + n * gridDim.x;
       if (item >= work) return 0;
       bh = item / query_blocks;
       const int turn = CAUSAL ? bh * query_blocks / gridDim.x : 0;
@@ -141,9 +141,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     } else if constexpr (SCHED == 1) {
       // Longest first within each group of heads: item r of a group is query block
       // query_blocks - 1 - r / heads_in_group of the group's head r % heads_in_group.
-      // Pass p of the grid takes items p * gridDim.x onwards, on odd passes in reverse
+      // Pass n of the grid takes items n * gridDim.x onwards, on odd passes in reverse
       // block order.
-      const int item = p * gridDim.x + ((p & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
+      const int item = n * gridDim.x + ((n & 1) ? gridDim.x - 1 - blockIdx.x : blockIdx.x);
       if (item >= work) return 0;
       const int span = group * query_blocks;
       const int section = item / span;
@@ -158,12 +158,12 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // pairs of a head in turn over the blocks; with an odd count the middle query
       // block is a pair alone.
       const int pairs = (query_blocks + 1) / 2;
-      const int unit = blockIdx.x + (p / 2) * gridDim.x;
+      const int unit = blockIdx.x + (n / 2) * gridDim.x;
       if (unit >= pairs * heads) return 0;
       bh = unit / pairs;
       const int i = unit - bh * pairs;
-      const int block = (p & 1) ? i : query_blocks - 1 - i;
-      if ((p & 1) && block == query_blocks - 1 - i) return 2;
+      const int block = (n & 1) ? i : query_blocks - 1 - i;
+      if ((n & 1) && block == query_blocks - 1 - i) return 2;
       m0 = block * BM;
       return 1;
     }
@@ -189,9 +189,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // The ring of K and V stages runs on across work items (`it` counts its uses), so
       // the next item's first tiles load under this item's last math and epilogue.
       int it = 0, local = 0;
-      for (int p = 0;; ++p) {
+      for (int n = 0;; ++n) {
         int m0, bh;
-        const int got = slot(p, m0, bh);
+        const int got = slot(n, m0, bh);
         if (got == 0) break;
         if (got == 2) continue;
         if (local > 0) Barrier::wait(&q_empty, (local - 1) & 1);
@@ -485,9 +485,8 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     if (tid == 0) Barrier::arrive(&empty[g % STAGES]);
   };
   // A pipelined step: S of ring use g (tile t of the current item) issued with O += P V
-  // of use `prev`, the softmax of S under that product. `before_softmax` runs once S is
-  // done, `before_rescale` once the product is.
-  auto step = [&](int g, int prev, int t, auto before_softmax, auto before_rescale) {
+  // of use `prev`, the softmax of S under that product.
+  auto step = [&](int g, int prev, int t) {
     fence_all();
     my_turn();
     warpgroup_arrive();
@@ -497,18 +496,16 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     warpgroup_wait<1>();  // S of use g
     warpgroup_fence_operand(acc_s);
     if (t == tiles - 1) release_q();
-    before_softmax();
     softmax(t);
     warpgroup_wait<0>();  // O += P V of use prev: its K and V go back
     fence_all();
     if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
-    before_rescale();
     rescale_o_and_convert_p();
   };
 
   int local = 0;
-  for (int p = 0;; ++p) {
-    const int got = slot(p, m0, bh);
+  for (int n = 0;; ++n) {
+    const int got = slot(n, m0, bh);
     if (got == 0) break;
     if (got == 2) continue;
     start_item(local);
@@ -519,7 +516,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.
       s_alone(ring, 0);
-      for (int t = 1; t < tiles; ++t) step(ring + t, ring + t - 1, t, [] {}, [] {});
+      for (int t = 1; t < tiles; ++t) step(ring + t, ring + t - 1, t);
       o_alone(ring + tiles - 1);
     } else {
       // One tile at a time: S, its softmax, O += P V; the other consumer warpgroups (and

@@ -22,6 +22,7 @@ use std::borrow::Cow;
 use std::ops::Range;
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicUsize, Ordering};
 
 use serde::Deserialize;
 
@@ -76,6 +77,8 @@ struct KernelRun {
     records: Range<usize>,
     /// (config hash, record) of the run's records, sorted, built on the first lookup.
     by_config: OnceLock<Vec<(u64, usize)>>,
+    /// Lookups so far: the index above is built only for a run asked often.
+    lookups: AtomicUsize,
     /// Every record of the kernel, parsed (for listings).
     all: OnceLock<Vec<LockedArtifact>>,
 }
@@ -156,6 +159,7 @@ impl LockIndex {
                 name,
                 records,
                 by_config: OnceLock::new(),
+                lookups: AtomicUsize::new(0),
                 all: OnceLock::new(),
             })
             .collect();
@@ -337,21 +341,40 @@ impl LockIndex {
         let Some(run) = run(l, kernel) else {
             return Some(Vec::new());
         };
-        let by_config = run.by_config.get_or_init(|| {
-            let mut keys: Vec<(u64, usize)> =
-                run.records.clone().map(|i| (l.config_keys[i], i)).collect();
-            keys.sort_unstable();
-            keys
-        });
         let key = config_hash(config_text(config)?.as_bytes());
+        // The first lookups of a run scan its hashes (100,000 compares take tens of
+        // microseconds); from the ninth on, a sorted index answers by binary search.
+        let looked = run.lookups.fetch_add(1, Ordering::Relaxed);
+        let matching: Vec<usize> = match run.by_config.get() {
+            None if looked < 8 => run
+                .records
+                .clone()
+                .filter(|&i| l.config_keys[i] == key || l.config_keys[i] == UNKNOWN)
+                .collect(),
+            _ => {
+                let by_config = run.by_config.get_or_init(|| {
+                    let mut keys: Vec<(u64, usize)> =
+                        run.records.clone().map(|i| (l.config_keys[i], i)).collect();
+                    keys.sort_unstable();
+                    keys
+                });
+                [key, UNKNOWN]
+                    .iter()
+                    .flat_map(|&k| {
+                        let from = by_config.partition_point(|&(h, _)| h < k);
+                        by_config[from..]
+                            .iter()
+                            .take_while(move |&&(h, _)| h == k)
+                            .map(|&(_, i)| i)
+                    })
+                    .collect()
+            }
+        };
         let mut found = Vec::new();
-        for k in [key, UNKNOWN] {
-            let from = by_config.partition_point(|&(h, _)| h < k);
-            for &(_, i) in by_config[from..].iter().take_while(|&&(h, _)| h == k) {
-                let a = self.record(l, run, i)?;
-                if a.config == *config {
-                    found.push(a);
-                }
+        for i in matching {
+            let a = self.record(l, run, i)?;
+            if a.config == *config {
+                found.push(a);
             }
         }
         if found.is_empty() {

@@ -74,8 +74,7 @@ pub(super) struct Scanner {
     preamble: bool,
     /// Everything from the `[[kernel]]` tables on, once they started.
     tables: Option<Vec<u8>>,
-    record: memmem::Finder<'static>,
-    kernel_table: memmem::Finder<'static>,
+    array_table: memmem::Finder<'static>,
     config_table: memmem::Finder<'static>,
     next_table: memmem::Finder<'static>,
     triple_double: memmem::Finder<'static>,
@@ -89,8 +88,7 @@ impl Scanner {
             at: 0,
             preamble: false,
             tables: None,
-            record: memmem::Finder::new(RECORD),
-            kernel_table: memmem::Finder::new(KERNEL_TABLE),
+            array_table: memmem::Finder::new("\n[["),
             config_table: memmem::Finder::new(CONFIG_TABLE),
             next_table: memmem::Finder::new("\n["),
             triple_double: memmem::Finder::new("\"\"\""),
@@ -108,8 +106,19 @@ impl Scanner {
             self.at += chunk.len() as u64;
             return Some(chunk.len());
         }
-        // Records end where the tables begin; nothing after them is a record.
-        let tables_at = self.kernel_table.find(chunk).map(|t| t + 1);
+        // One pass over the array-of-tables lines (`\n[[`): record headers, until the
+        // `[[kernel]]` tables begin (nothing after them is a record).
+        let mut found_heads = Vec::new();
+        let mut tables_at = None;
+        for h in self.array_table.find_iter(chunk) {
+            let rest = &chunk[h..];
+            if rest.starts_with(RECORD.as_bytes()) {
+                found_heads.push(h + 1);
+            } else if rest.starts_with(KERNEL_TABLE.as_bytes()) {
+                tables_at = Some(h + 1);
+                break;
+            }
+        }
         let limit = tables_at.unwrap_or(chunk.len());
         // Single-line strings cannot hold a newline, so every `[[artifact]]` line is a
         // header when no multi-line string exists. (A chunk ends at a record's start,
@@ -119,11 +128,7 @@ impl Scanner {
         {
             return None;
         }
-        let mut heads = self
-            .record
-            .find_iter(&chunk[..limit])
-            .map(|h| h + 1)
-            .peekable();
+        let mut heads = found_heads.into_iter().peekable();
         let mut from = 0;
         if !self.preamble {
             // The version line and comments, up to the first record (or the tables, or

@@ -148,8 +148,12 @@ pub fn run(cli: &Cli, ws: &mut Workspace, args: &BuildArgs) -> Result<ExitCode> 
                 0 => String::new(),
                 n => format!(", {n} sharing one of those compiles (launch-only params)"),
             };
+            let pruned = match summary.pruned {
+                0 => String::new(),
+                n => format!(", {n} pruned by [prune]"),
+            };
             eprintln!(
-                "{} artifacts: {} compiled{shared}, {} from the store{remote}{excluded} in {secs:.3} s; {lock}",
+                "{} artifacts: {} compiled{shared}, {} from the store{remote}{excluded}{pruned} in {secs:.3} s; {lock}",
                 summary.selected, summary.compiled, summary.from_store
             );
         }
@@ -275,6 +279,7 @@ fn explain_grid(
                 "derived": derived,
                 "targets": kernel.targets.iter().map(|t| t.to_string()).collect::<Vec<_>>(),
                 "artifacts": report.kept * kernel.targets.len(),
+                "prune": kernel.prune.as_ref().map(|p| p.text()),
                 "milliseconds": millis,
             }));
             continue;
@@ -301,6 +306,12 @@ fn explain_grid(
             kernel.targets.len(),
             millis
         );
+        if let Some(prune) = &kernel.prune {
+            println!(
+                "  [prune] {}: applied after compile, to what ptxas reports (kart build says what it leaves out)",
+                prune.text()
+            );
+        }
     }
     if json {
         print_json(&reports);

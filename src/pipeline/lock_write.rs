@@ -7,7 +7,7 @@ use crate::pipeline::plan::Planned;
 use crate::pipeline::reporter::BuildReporter;
 use crate::project::Project;
 use crate::store::ActionEntry;
-use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile, lock_path};
+use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile, PrunedArtifact, lock_path};
 use crate::workspace::Workspace;
 
 /// The lock entry of a stored action entry.
@@ -27,7 +27,7 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 }
 
 /// Writes the lock for every planned artifact the store has (or the old lock already
-/// listed with the same key). A record the old lock had for the same key is kept only
+/// listed with the same key), and `pruned`, the records of what `[prune]` left out. A record the old lock had for the same key is kept only
 /// while no action entry (the store's, or one taken from a trusted remote) names
 /// another digest for it; those that do are kept too, unchanged, and pushed to
 /// `mismatches`. Every artifact of `built` (what this build compiled or took from a
@@ -35,11 +35,13 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 /// gone) fails the build before the lock is written, naming the artifact and why.
 /// Returns the lock, whether the file changed, and how many of its records were kept
 /// with an action entry in the store found to agree.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn write_lock(
     ws: &Workspace,
     planned: &[Planned],
     built: &std::collections::HashSet<&str>,
     from_remote: &std::collections::HashMap<String, ActionEntry>,
+    pruned: Vec<PrunedArtifact>,
     old: &Lockfile,
     mismatches: &mut Vec<crate::workspace::DigestMismatch>,
     reporter: &dyn BuildReporter,
@@ -47,7 +49,7 @@ pub(super) fn write_lock(
     // A record of a lock in the current format with the same key and identity is kept
     // as it is (the lock is the trust root), once its entry, if any, agrees.
     let current: std::collections::HashMap<&str, &LockedArtifact> =
-        if old.version == crate::store::lockfile::LOCK_VERSION {
+        if old.version >= crate::store::lockfile::LOCK_VERSION_UNPRUNED {
             old.artifacts.iter().map(|a| (a.key.as_str(), a)).collect()
         } else {
             Default::default()
@@ -168,8 +170,19 @@ pub(super) fn write_lock(
                 .cloned(),
         )
         .collect();
+    let pruned = pruned
+        .into_iter()
+        .chain(
+            old.pruned
+                .iter()
+                .filter(|p| broken.contains(p.kernel.as_str()))
+                .cloned(),
+        )
+        .collect();
     checked.save();
-    let lock = Lockfile::new(artifacts).with_kernels(kernels);
+    let lock = Lockfile::new(artifacts)
+        .with_kernels(kernels)
+        .with_pruned(pruned);
     crate::failpoint::hit("lock.write", "");
     // The same records as the lock read: nothing to serialize and compare byte by byte.
     let changed = lock != *old && lock.write(&lock_path(&ws.project.root))?;

@@ -8,7 +8,10 @@ use crate::digest::Preimage;
 use crate::error::{Error, Result};
 use crate::pipeline::key::diff_preimages;
 use crate::pipeline::plan::Planned;
-use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
+use crate::pipeline::prune::{Listed, check_decisions};
+use crate::store::lockfile::{
+    LOCK_FILE, LockedArtifact, Lockfile, PrunedArtifact, Resources, lock_path,
+};
 use crate::workspace::Workspace;
 
 /// `--locked`: every selected artifact's key must equal the lock's, and each digest the
@@ -32,24 +35,37 @@ pub(super) fn check_locked(
     let mut changed: std::collections::BTreeMap<&str, (Vec<String>, Vec<String>)> =
         std::collections::BTreeMap::new();
     let targets: Vec<String> = selected.iter().map(|p| p.target.to_string()).collect();
+    // The lock's records of artifacts and of pruned artifacts, one identity each.
     let (records, unplanned) = pair_with_lock(
         lock.artifacts
             .iter()
-            .map(|a| ((a.kernel.as_str(), &a.config, a.target.as_str(), a.kind), a)),
+            .map(|a| (a.id(), Record::Listed(a)))
+            .chain(lock.pruned.iter().map(|a| (a.id(), Record::Pruned(a)))),
         selected.iter().zip(&targets).map(|(p, target)| {
             let kernel = ws.project.kernels[p.kernel].name.as_str();
             (kernel, &p.config, target.as_str(), p.kind)
         }),
     );
+    let mut decisions = Vec::new();
     for (p, record) in selected.iter().zip(records) {
         let kernel = &ws.project.kernels[p.kernel].name;
         match record {
             None => problems.push(format!("{}: not in kart.lock", p.describe(&ws.project))),
-            Some(locked) if locked.key == p.key => same_key.push(locked),
-            Some(locked) => {
+            Some(record) if record.key() == p.key => {
+                decisions.push(Listed {
+                    planned: p,
+                    resources: record.resources(),
+                    pruned: matches!(record, Record::Pruned(_)),
+                });
+                if let Record::Listed(locked) = record {
+                    same_key.push(locked);
+                }
+            }
+            Some(record) => {
+                let locked = record;
                 let group = changed.entry(kernel.as_str()).or_default();
                 group.0.push(p.describe(&ws.project));
-                for line in explain_change(ws, &locked.key, &p.preimage) {
+                for line in explain_change(ws, locked.key(), &p.preimage) {
                     if !group.1.contains(&line) {
                         group.1.push(line);
                     }
@@ -71,6 +87,7 @@ pub(super) fn check_locked(
         ));
         problems.extend(inputs.into_iter().map(|l| format!("    {l}")));
     }
+    problems.extend(check_decisions(ws, &decisions));
     if whole {
         for a in unplanned {
             problems.push(format!(
@@ -107,22 +124,52 @@ pub(super) fn check_locked(
     Ok(digests)
 }
 
+/// A record of the lock: an artifact, or an artifact of a config `[prune]` left out.
+#[derive(Clone, Copy)]
+enum Record<'l> {
+    Listed(&'l LockedArtifact),
+    Pruned(&'l PrunedArtifact),
+}
+
+impl Record<'_> {
+    fn key(&self) -> &str {
+        match self {
+            Record::Listed(a) => &a.key,
+            Record::Pruned(a) => &a.key,
+        }
+    }
+
+    fn resources(&self) -> Resources {
+        match self {
+            Record::Listed(a) => Resources::of(&a.entries),
+            Record::Pruned(a) => a.resources(),
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            Record::Listed(a) => a.describe(),
+            Record::Pruned(a) => format!("{} (pruned)", a.describe()),
+        }
+    }
+}
+
 /// Pairs the planned artifacts with the lock's records by identity: for each planned id
 /// (in order), the record with that id, if any; and the records no planned id names, in
 /// the lock's order. One hash per record and per planned id, so `--locked` stays
 /// linear in the size of the project (it compared every pair once).
-fn pair_with_lock<'l, K: Eq + std::hash::Hash>(
-    records: impl Iterator<Item = (K, &'l LockedArtifact)>,
+fn pair_with_lock<K: Eq + std::hash::Hash, R>(
+    records: impl Iterator<Item = (K, R)>,
     planned: impl Iterator<Item = K>,
-) -> (Vec<Option<&'l LockedArtifact>>, Vec<&'l LockedArtifact>) {
-    let mut by_id: std::collections::HashMap<K, (usize, &'l LockedArtifact)> = records
+) -> (Vec<Option<R>>, Vec<R>) {
+    let mut by_id: std::collections::HashMap<K, (usize, R)> = records
         .enumerate()
         .map(|(i, (id, a))| (id, (i, a)))
         .collect();
     let found = planned
         .map(|id| by_id.remove(&id).map(|(_, a)| a))
         .collect();
-    let mut rest: Vec<(usize, &'l LockedArtifact)> = by_id.into_values().collect();
+    let mut rest: Vec<(usize, R)> = by_id.into_values().collect();
     rest.sort_unstable_by_key(|(i, _)| *i);
     (found, rest.into_iter().map(|(_, a)| a).collect())
 }

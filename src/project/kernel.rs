@@ -127,6 +127,9 @@ pub struct Kernel {
     /// input and are not part of the action key, so configs that differ only in them
     /// share one compile and one artifact.
     pub launch_params: BTreeSet<String>,
+    /// `[prune]`: bounds on each artifact's resources; a config of which an artifact
+    /// exceeds one is left out of the lock after compile. Not part of any key.
+    pub prune: Option<crate::project::prune::Prune>,
     /// The configs the grid keeps, computed once when the kernel is loaded (a grid of
     /// thousands of combinations is not filtered again by every later step).
     pub kept: std::sync::OnceLock<Vec<Config>>,

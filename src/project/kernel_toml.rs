@@ -96,6 +96,7 @@ pub(super) fn load_kernel(
         problem_params,
         problem_combos: Vec::new(),
         launch_params: Default::default(),
+        prune: crate::project::prune::prune(&file, raw.prune.as_ref())?,
         kept: Default::default(),
     };
     kernel.derived = derived(&file, &raw, &kernel)?;

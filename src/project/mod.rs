@@ -9,7 +9,8 @@
 //! - [`entry`]: template entries and the translation unit that instantiates them;
 //! - [`library`]: header libraries as declared;
 //! - [`fleet`]: the GPUs a deployment runs on (`[[fleet]]`);
-//! - [`problem_params`]: params bound to problem keys, and launch-only params.
+//! - [`problem_params`]: params bound to problem keys, and launch-only params;
+//! - [`prune`]: `[prune]`, bounds on what ptxas reports, applied after compile.
 //!
 //! The expression language and `[launch]` are the runtime crate's
 //! ([`kart_runtime::expr`], [`kart_runtime::launch`]): a loader evaluates them too.
@@ -24,6 +25,7 @@ mod launch_toml;
 pub mod library;
 pub mod manifest;
 pub mod problem_params;
+pub mod prune;
 mod raw;
 mod unit_toml;
 

@@ -186,6 +186,7 @@ pub(super) struct RawKernel {
     pub(super) problem_params: BTreeMap<Spanned<String>, Spanned<String>>,
     #[serde(default)]
     pub(super) launch_params: Vec<Spanned<String>>,
+    pub(super) prune: Option<Spanned<super::prune::RawPrune>>,
 }
 
 #[derive(Deserialize)]

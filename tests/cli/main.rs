@@ -17,6 +17,7 @@ mod libraries;
 mod malformed;
 mod nvcc;
 mod problems;
+mod prune;
 mod reapi;
 mod remote;
 mod s3;

@@ -21,8 +21,13 @@ pub const LOCK_FILE: &str = "kart.lock";
 
 /// Bump when a field is added, removed or changes meaning. Version 2 added derived
 /// params (`[artifact.derived]`) and launch geometry (`[[kernel]]`); version 3 the
-/// symbol, expression and instance of template entries. Older locks are still read.
-pub const LOCK_VERSION: u32 = 3;
+/// symbol, expression and instance of template entries; version 4 the artifacts of
+/// configs `[prune]` left out (`[[pruned]]`). Older locks are still read.
+pub const LOCK_VERSION: u32 = 4;
+
+/// The version written for a lock without `[[pruned]]` records: the same layout, so
+/// the locks of projects that do not prune keep their text (and older karts read them).
+pub const LOCK_VERSION_UNPRUNED: u32 = 3;
 
 /// The oldest version this kart reads.
 pub const OLDEST_LOCK_VERSION: u32 = 1;
@@ -65,6 +70,115 @@ pub struct LockedKernel {
     pub name: String,
     /// `[launch]`, as written.
     pub launch: crate::launch::LaunchText,
+}
+
+/// An artifact of a config that `[prune]` in kernel.toml left out of the lock: its
+/// identity, its key, and the resources that decided it (as `kart ls` shows them), so
+/// that `kart build --locked` can check the decision without the store. Never loaded.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PrunedArtifact {
+    /// Kernel name.
+    pub kernel: String,
+    /// The config's params.
+    pub config: Config,
+    /// Target, `sm_90a`.
+    pub target: String,
+    /// cubin or PTX.
+    pub kind: ArtifactKind,
+    /// The action key.
+    pub key: String,
+    /// Registers per thread (the most of any entry).
+    pub registers: u32,
+    /// Static shared memory, bytes (the most of any entry).
+    pub shared_bytes: u64,
+    /// Stack frame, bytes per thread (the most of any entry).
+    pub stack_bytes: u64,
+    /// Bytes spilled and reloaded, all entries together.
+    pub spill_bytes: u64,
+}
+
+/// An artifact's resources, as `kart ls` shows them: the most registers, static shared
+/// memory and stack of any entry, and the spill bytes (stores and loads) of all.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Resources {
+    /// Registers per thread.
+    pub registers: u32,
+    /// Static shared memory, bytes.
+    pub shared_bytes: u64,
+    /// Stack frame, bytes per thread.
+    pub stack_bytes: u64,
+    /// Bytes spilled to local memory and reloaded, together.
+    pub spill_bytes: u64,
+}
+
+impl Resources {
+    /// The resources of an artifact with these entries.
+    pub fn of(entries: &[EntryInfo]) -> Resources {
+        Resources {
+            registers: entries.iter().map(|e| e.registers).max().unwrap_or(0),
+            shared_bytes: entries.iter().map(|e| e.shared_bytes).max().unwrap_or(0),
+            stack_bytes: entries.iter().map(|e| e.stack_bytes).max().unwrap_or(0),
+            spill_bytes: entries
+                .iter()
+                .map(|e| e.spill_store_bytes.saturating_add(e.spill_load_bytes))
+                .fold(0, u64::saturating_add),
+        }
+    }
+}
+
+impl PrunedArtifact {
+    /// The record of an artifact with these resources.
+    pub fn new(
+        kernel: String,
+        config: Config,
+        target: String,
+        kind: ArtifactKind,
+        key: String,
+        r: Resources,
+    ) -> PrunedArtifact {
+        PrunedArtifact {
+            kernel,
+            config,
+            target,
+            kind,
+            key,
+            registers: r.registers,
+            shared_bytes: r.shared_bytes,
+            stack_bytes: r.stack_bytes,
+            spill_bytes: r.spill_bytes,
+        }
+    }
+
+    /// Its resources.
+    pub fn resources(&self) -> Resources {
+        Resources {
+            registers: self.registers,
+            shared_bytes: self.shared_bytes,
+            stack_bytes: self.stack_bytes,
+            spill_bytes: self.spill_bytes,
+        }
+    }
+
+    /// Checks every field beyond its type, as [`LockedArtifact::validate`] does.
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        crate::untrusted::identifier("kernel", &self.kernel)?;
+        if !is_sha256_hex(&self.key) {
+            return Err("key must be 64 lower-case hex digits".into());
+        }
+        self.target.parse::<TargetArch>().map_err(|e| e.0)?;
+        Ok(())
+    }
+
+    /// The sort key and identity: (kernel, config, target, kind).
+    pub fn id(&self) -> (&str, &Config, &str, ArtifactKind) {
+        (&self.kernel, &self.config, &self.target, self.kind)
+    }
+
+    /// `kernel[config] target (kind)`, for messages.
+    pub fn describe(&self) -> String {
+        describe(&self.kernel, &self.config, &self.target, self.kind)
+    }
 }
 
 impl LockedArtifact {
@@ -143,6 +257,9 @@ pub struct Lockfile {
     /// Kernels with launch geometry, sorted by name.
     #[serde(default, rename = "kernel", skip_serializing_if = "Vec::is_empty")]
     pub kernels: Vec<LockedKernel>,
+    /// Artifacts of configs `[prune]` left out, sorted (version 4).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub pruned: Vec<PrunedArtifact>,
 }
 
 impl Lockfile {
@@ -151,10 +268,25 @@ impl Lockfile {
         artifacts.sort_by(|a, b| a.id().cmp(&b.id()));
         artifacts.dedup_by(|a, b| a.id() == b.id());
         Lockfile {
-            version: LOCK_VERSION,
+            version: LOCK_VERSION_UNPRUNED,
             artifacts,
             kernels: Vec::new(),
+            pruned: Vec::new(),
         }
+    }
+
+    /// The same lock with these records of pruned artifacts (sorted); a lock with any
+    /// is version 4.
+    pub fn with_pruned(mut self, mut pruned: Vec<PrunedArtifact>) -> Lockfile {
+        pruned.sort_by(|a, b| a.id().cmp(&b.id()));
+        pruned.dedup_by(|a, b| a.id() == b.id());
+        self.version = if pruned.is_empty() {
+            LOCK_VERSION_UNPRUNED
+        } else {
+            LOCK_VERSION
+        };
+        self.pruned = pruned;
+        self
     }
 
     /// The same lock with these kernel records (sorted).
@@ -240,6 +372,31 @@ impl Lockfile {
                 ));
             }
         }
+        for (i, p) in lock.pruned.iter().enumerate() {
+            let offset = text
+                .match_indices("[[pruned]]")
+                .nth(i)
+                .map_or(0, |(o, _)| o);
+            let why = if lock.version < LOCK_VERSION {
+                Err("[[pruned]] records need lock version 4".to_string())
+            } else if i > 0 && lock.pruned[i - 1].id() >= p.id() {
+                Err("out of order or repeated".to_string())
+            } else {
+                p.validate()
+            };
+            if let Err(why) = why {
+                let who = if crate::untrusted::is_c_identifier(&p.kernel) {
+                    p.describe()
+                } else {
+                    format!("pruned artifact {}", i + 1)
+                };
+                return Err(file.error(
+                    offset..offset,
+                    format!("{who}: {why}"),
+                    "regenerate the lock with `kart build`",
+                ));
+            }
+        }
         for k in &lock.kernels {
             if !crate::untrusted::is_c_identifier(&k.name) {
                 return Err(file.error(
@@ -316,6 +473,16 @@ pub fn lock_path(root: &Path) -> PathBuf {
     root.join(LOCK_FILE)
 }
 
+/// Where the tables after the artifacts (`[[kernel]]`, then `[[pruned]]`) start in
+/// lock text laid out as kart writes it: the first such header at a line's start.
+pub(crate) fn tables_start(text: &str) -> Option<usize> {
+    ["\n[[kernel]]", "\n[[pruned]]"]
+        .iter()
+        .filter_map(|header| text.find(header))
+        .min()
+        .map(|at| at + 1)
+}
+
 /// The lock in the layout kart writes, through [`lock_canonical`]: the artifacts as JSON,
 /// the `[[kernel]]` tables after them (few) through TOML. `None` for anything else.
 ///
@@ -329,27 +496,30 @@ fn canonical(text: &str) -> Option<Lockfile> {
         #[serde(default)]
         artifact: Vec<LockedArtifact>,
     }
-    /// The `[[kernel]]` tables.
-    #[derive(Deserialize)]
+    /// The `[[kernel]]` and `[[pruned]]` tables.
+    #[derive(Default, Deserialize)]
     #[serde(deny_unknown_fields)]
     struct Tail {
         #[serde(default)]
         kernel: Vec<LockedKernel>,
+        #[serde(default)]
+        pruned: Vec<PrunedArtifact>,
     }
-    let (head, tail) = match text.find("\n[[kernel]]") {
-        Some(at) => text.split_at(at + 1),
+    let (head, tail) = match tables_start(text) {
+        Some(at) => text.split_at(at),
         None => (text, ""),
     };
     let head: Head = crate::store::lock_canonical::parse(head)?;
-    let kernels = if tail.is_empty() {
-        Vec::new()
+    let tail = if tail.is_empty() {
+        Tail::default()
     } else {
-        toml::from_str::<Tail>(tail).ok()?.kernel
+        toml::from_str::<Tail>(tail).ok()?
     };
     Some(Lockfile {
         version: head.version,
         artifacts: head.artifact,
-        kernels,
+        kernels: tail.kernel,
+        pruned: tail.pruned,
     })
 }
 
@@ -487,6 +657,45 @@ mod tests {
         let fast = canonical(&text).expect("the repository's lock is in the subset");
         assert_eq!(fast, toml::from_str::<Lockfile>(&text).unwrap());
         assert!(!fast.kernels.is_empty());
+    }
+
+    #[test]
+    fn pruned_records_round_trip_and_need_version_4() {
+        let pruned = |a: i64, target: &str| {
+            let c = canonical_artifact("tiny", a, target, false);
+            PrunedArtifact::new(
+                c.kernel,
+                c.config,
+                c.target,
+                c.kind,
+                "c".repeat(64),
+                Resources {
+                    registers: 255,
+                    spill_bytes: 2516,
+                    ..Resources::default()
+                },
+            )
+        };
+        let lock = canonical_sample().with_pruned(vec![pruned(99, "sm_90a"), pruned(99, "sm_80")]);
+        assert_eq!(lock.version, LOCK_VERSION);
+        let text = lock.to_text();
+        assert!(text.contains("\n[[pruned]]\n"), "{text}");
+        assert_eq!(canonical(&text), Some(lock.clone()));
+        let back = Lockfile::parse(&text, Path::new("kart.lock")).unwrap();
+        assert_eq!(back, lock);
+        assert_eq!(back.pruned[0].target, "sm_80");
+        assert_eq!(back.pruned[0].resources().spill_bytes, 2516);
+        // Without records the lock is version 3, as before.
+        let plain = lock.clone().with_pruned(Vec::new());
+        assert_eq!(plain.version, LOCK_VERSION_UNPRUNED);
+        assert!(!plain.to_text().contains("pruned"));
+        // Records in a version 3 lock, or with a bad key, are refused.
+        let old = text.replacen("version = 4", "version = 3", 1);
+        let err = Lockfile::parse(&old, Path::new("kart.lock")).unwrap_err();
+        assert!(err.to_string().contains("need lock version 4"), "{err}");
+        let bad = text.replacen(&"c".repeat(64), "zz", 1);
+        let err = Lockfile::parse(&bad, Path::new("kart.lock")).unwrap_err();
+        assert!(err.to_string().contains("key must be 64"), "{err}");
     }
 
     #[test]

@@ -16,12 +16,13 @@ use std::ops::Range;
 use memchr::memmem;
 use serde::Deserialize;
 
-use crate::store::lockfile::{LOCK_VERSION, LockedKernel};
+use crate::store::lockfile::{LOCK_VERSION, LOCK_VERSION_UNPRUNED, LockedKernel, PrunedArtifact};
 #[cfg(test)]
 use crate::text::Limit;
 
 pub(super) const RECORD: &str = "\n[[artifact]]\n";
 const KERNEL_TABLE: &str = "\n[[kernel]]\n";
+const PRUNED_TABLE: &str = "\n[[pruned]]\n";
 const CONFIG_TABLE: &str = "\n[artifact.config]\n";
 const NAME_LINE: &str = "[[artifact]]\nkernel = \"";
 
@@ -61,7 +62,11 @@ struct Preamble {
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Tables {
+    #[serde(default)]
     kernel: Vec<LockedKernel>,
+    /// Checked for their shape only: no reader of artifacts looks at them.
+    #[serde(default, rename = "pruned")]
+    _pruned: Vec<PrunedArtifact>,
 }
 
 /// A scan in progress. Each call to [`Scanner::feed`] is handed the bytes from where
@@ -107,14 +112,16 @@ impl Scanner {
             return Some(chunk.len());
         }
         // One pass over the array-of-tables lines (`\n[[`): record headers, until the
-        // `[[kernel]]` tables begin (nothing after them is a record).
+        // `[[kernel]]` or `[[pruned]]` tables begin (nothing after them is a record).
         let mut found_heads = Vec::new();
         let mut tables_at = None;
         for h in self.array_table.find_iter(chunk) {
             let rest = &chunk[h..];
             if rest.starts_with(RECORD.as_bytes()) {
                 found_heads.push(h + 1);
-            } else if rest.starts_with(KERNEL_TABLE.as_bytes()) {
+            } else if rest.starts_with(KERNEL_TABLE.as_bytes())
+                || rest.starts_with(PRUNED_TABLE.as_bytes())
+            {
                 tables_at = Some(h + 1);
                 break;
             }
@@ -140,7 +147,7 @@ impl Scanner {
             };
             let text = std::str::from_utf8(&chunk[..first]).ok()?;
             let preamble: Preamble = toml::from_str(text).ok()?;
-            if preamble.version != LOCK_VERSION {
+            if !(LOCK_VERSION_UNPRUNED..=LOCK_VERSION).contains(&preamble.version) {
                 return None;
             }
             self.preamble = true;

@@ -29,6 +29,26 @@ pub fn run(cli: &Cli, ws: &mut Workspace, args: &BuildArgs) -> Result<ExitCode> 
         for note in &bound.notes {
             eprintln!("note: {note}");
         }
+        for kernel in ws.project.kernels.iter().filter(|k| {
+            !k.launch_params_found.is_empty()
+                && (args.kernels.is_empty() || args.kernels.contains(&k.name))
+        }) {
+            let names: Vec<&str> = kernel
+                .launch_params_found
+                .iter()
+                .map(String::as_str)
+                .collect();
+            let (them, reach) = match names.len() {
+                1 => ("it", "reaches"),
+                _ => ("them", "reach"),
+            };
+            eprintln!(
+                "note: {}: {} {reach} no compile input; configs that differ only in {them} share one compile (`launch_params` in {} says so and silences this note)",
+                kernel.name,
+                names.join(", "),
+                kernel.manifest.display()
+            );
+        }
     }
     let ws: &Workspace = ws;
     if args.explain_grid {

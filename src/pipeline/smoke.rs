@@ -54,6 +54,7 @@ pub fn smoke_kernel(targets: Vec<TargetArch>) -> Kernel {
         problem_params: Default::default(),
         problem_combos: Default::default(),
         launch_params: Default::default(),
+        launch_params_found: Default::default(),
         prune: None,
         kept: Default::default(),
     }

@@ -127,6 +127,10 @@ pub struct Kernel {
     /// input and are not part of the action key, so configs that differ only in them
     /// share one compile and one artifact.
     pub launch_params: BTreeSet<String>,
+    /// The params of `launch_params` that kernel.toml does not declare: found to reach
+    /// no compile input (not a template argument, not used by `[derived]`, not a
+    /// define param, not a `-D` macro), so treated as declared.
+    pub launch_params_found: BTreeSet<String>,
     /// `[prune]`: bounds on each artifact's resources; a config of which an artifact
     /// exceeds one is left out of the lock after compile. Not part of any key.
     pub prune: Option<crate::project::prune::Prune>,

@@ -96,6 +96,7 @@ pub(super) fn load_kernel(
         problem_params,
         problem_combos: Vec::new(),
         launch_params: Default::default(),
+        launch_params_found: Default::default(),
         prune: crate::project::prune::prune(&file, raw.prune.as_ref())?,
         kept: Default::default(),
     };
@@ -105,7 +106,9 @@ pub(super) fn load_kernel(
     (kernel.declared_in_source, kernel.unmentioned) = scan_sources(&kernel, root)?;
     kernel.require = rules(&file, &raw, &kernel)?;
     kernel.launch = launch(&file, &raw, &kernel)?;
-    kernel.launch_params = launch_params(&file, &raw, &kernel)?;
+    let (declared, found) = launch_params(&file, &raw, &kernel)?;
+    kernel.launch_params = declared.union(&found).cloned().collect();
+    kernel.launch_params_found = found;
     // The configs themselves (a map each) only where `[launch]` is checked on every
     // one; otherwise the grid is only checked, and built when a command asks for it.
     let (report, configs) = check_grid(&file, &raw, &kernel, raw.launch.is_some())?;

@@ -717,6 +717,7 @@ mod tests {
             problem_params: Default::default(),
             problem_combos: Default::default(),
             launch_params: Default::default(),
+            launch_params_found: Default::default(),
             prune: None,
             kept: Default::default(),
         }

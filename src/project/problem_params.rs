@@ -56,14 +56,14 @@ pub(super) fn problem_params(
 }
 
 /// `launch_params`: params that change only the launch (a block size the kernel reads
-/// from `blockDim`). Each must be a param that reaches no compile input: not a template
-/// argument, not a `-D` macro (the sources and include folders must not mention it,
-/// `param_macros` must not be `"all"`), not a define param, not used by `[derived]`.
+/// from `blockDim`). Each must be a param that reaches no compile input (see
+/// [`reaches_compile`]). Returns the declared ones, and the params found to reach no
+/// compile input though not declared (treated the same: left out of the key).
 pub(super) fn launch_params(
     file: &SourceFile<'_>,
     raw: &RawKernel,
     kernel: &Kernel,
-) -> Result<BTreeSet<String>> {
+) -> Result<(BTreeSet<String>, BTreeSet<String>)> {
     let mut out = BTreeSet::new();
     for name in &raw.launch_params {
         let param = name.get_ref();
@@ -83,58 +83,75 @@ pub(super) fn launch_params(
         if !out.insert(param.clone()) {
             return refuse("is listed twice".into(), "remove the repeated name");
         }
-        if kernel.problem_params.contains_key(param) {
-            return refuse(
-                "is a problem param".into(),
-                "a problem param specializes the compile; remove it from `launch_params`",
-            );
-        }
-        if let Some(t) = kernel
-            .templates
-            .values()
-            .find(|t| !t.uses([param.as_str()]).is_empty())
-        {
-            return refuse(
-                format!(
-                    "is a template argument of `{}`, so it reaches the compile",
-                    t.name
-                ),
-                "remove it from `launch_params`, or from the entry's arguments",
-            );
-        }
-        if let Some(d) = kernel
-            .derived
-            .iter()
-            .find(|d| d.expr.names().into_iter().any(|(n, _)| n == param.as_str()))
-        {
-            return refuse(
-                format!(
-                    "is used by the derived param `{}`, whose value reaches the compile",
-                    d.name
-                ),
-                "remove it from `launch_params`, or compute the launch value in [launch] instead",
-            );
-        }
-        if kernel.define_params.contains(param) {
-            return refuse(
-                "is a define param (it chooses a macro)".into(),
-                "remove it from `launch_params` or from `define_params`",
-            );
-        }
-        if kernel.param_macros == ParamMacros::All {
-            return refuse(
-                "would be passed as a -D macro (`param_macros = \"all\"`)".into(),
-                "use `param_macros = \"auto\"`, or remove it from `launch_params`",
-            );
-        }
-        if kernel.param_macros == ParamMacros::Auto && !kernel.unmentioned.contains(param) {
-            return refuse(
-                "is mentioned by the kernel's sources or include folders, so it is passed as a -D macro".into(),
-                "read the value at run time (blockDim) and remove the name from the sources, or remove it from `launch_params`",
-            );
+        if let Some((why, hint)) = reaches_compile(kernel, param) {
+            return refuse(why, hint);
         }
     }
-    Ok(out)
+    let found = kernel
+        .params
+        .keys()
+        .filter(|p| !out.contains(*p) && reaches_compile(kernel, p).is_none())
+        .cloned()
+        .collect();
+    Ok((out, found))
+}
+
+/// Why `param` reaches a compile input, with what to do, if it does: a problem param,
+/// a template argument, used by `[derived]`, a define param, or a `-D` macro (under
+/// `param_macros = "all"`, or under `"auto"` when the sources or include folders
+/// mention it).
+fn reaches_compile(kernel: &Kernel, param: &str) -> Option<(String, &'static str)> {
+    if kernel.problem_params.contains_key(param) {
+        return Some((
+            "is a problem param".into(),
+            "a problem param specializes the compile; remove it from `launch_params`",
+        ));
+    }
+    if let Some(t) = kernel
+        .templates
+        .values()
+        .find(|t| !t.uses([param]).is_empty())
+    {
+        return Some((
+            format!(
+                "is a template argument of `{}`, so it reaches the compile",
+                t.name
+            ),
+            "remove it from `launch_params`, or from the entry's arguments",
+        ));
+    }
+    if let Some(d) = kernel
+        .derived
+        .iter()
+        .find(|d| d.expr.names().into_iter().any(|(n, _)| n == param))
+    {
+        return Some((
+            format!(
+                "is used by the derived param `{}`, whose value reaches the compile",
+                d.name
+            ),
+            "remove it from `launch_params`, or compute the launch value in [launch] instead",
+        ));
+    }
+    if kernel.define_params.contains(param) {
+        return Some((
+            "is a define param (it chooses a macro)".into(),
+            "remove it from `launch_params` or from `define_params`",
+        ));
+    }
+    if kernel.param_macros == ParamMacros::All {
+        return Some((
+            "would be passed as a -D macro (`param_macros = \"all\"`)".into(),
+            "use `param_macros = \"auto\"`, or remove it from `launch_params`",
+        ));
+    }
+    if kernel.param_macros == ParamMacros::Auto && !kernel.unmentioned.contains(param) {
+        return Some((
+            "is mentioned by the kernel's sources or include folders, so it is passed as a -D macro".into(),
+            "read the value at run time (blockDim) and remove the name from the sources, or remove it from `launch_params`",
+        ));
+    }
+    None
 }
 
 /// What binding a project's problem params to problems did, per kernel.

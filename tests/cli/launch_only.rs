@@ -126,3 +126,85 @@ fn a_launch_only_param_that_reaches_the_compile_is_refused() {
     );
     assert_eq!(p.compiles(), 0);
 }
+
+#[test]
+fn a_param_that_reaches_no_compile_input_is_found_launch_only_without_being_declared() {
+    let p = fill_project("");
+    let toml = p.read("kernels/fill_block/kernel.toml");
+    p.write(
+        "kernels/fill_block/kernel.toml",
+        &toml.replace("launch_params = [\"THREADS\"]\n", ""),
+    );
+    let out = p.ok(&["build"]);
+    let err = stderr(&out);
+    assert_eq!(
+        err.matches(
+            "note: fill_block: THREADS reaches no compile input; configs that differ only in it share one compile"
+        )
+        .count(),
+        1,
+        "{err}"
+    );
+    assert!(
+        err.contains(
+            "3 artifacts: 1 compiled, 2 sharing one of those compiles (launch-only params)"
+        ),
+        "{err}"
+    );
+    assert_eq!(p.compiles(), 1);
+    let digests = lock_digests(&p);
+    assert_eq!(digests.len(), 3, "{}", p.read("kart.lock"));
+    assert!(digests.iter().all(|d| *d == digests[0]), "{digests:?}");
+    let mut paths = Vec::new();
+    for threads in ["64", "128", "256"] {
+        let out = p.ok(&[
+            "path",
+            "fill_block",
+            "-p",
+            &format!("THREADS={threads}"),
+            "--target",
+            "sm_90",
+        ]);
+        paths.push(stdout(&out).trim().to_string());
+    }
+    assert!(paths[0].ends_with(".cubin"), "{paths:?}");
+    assert!(paths.iter().all(|x| *x == paths[0]), "{paths:?}");
+    p.ok(&["build", "--locked"]);
+    // Declared, it is the same compile (the same key): nothing to compile, no note.
+    p.clear_log();
+    p.write("kernels/fill_block/kernel.toml", &toml);
+    let out = p.ok(&["build"]);
+    assert!(
+        !stderr(&out).contains("reaches no compile input"),
+        "{}",
+        text(&out)
+    );
+    assert!(
+        stderr(&out).contains("kart.lock unchanged"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(p.compiles(), 0);
+    // Once the source names it, it is a -D macro: one compile per value.
+    p.write(
+        "kernels/fill_block/kernel.toml",
+        &toml.replace("launch_params = [\"THREADS\"]\n", ""),
+    );
+    p.write(
+        "kernels/fill_block/fill_block.cu",
+        &FILL.replace("(float)blockDim.x", "(float)THREADS"),
+    );
+    let out = p.ok(&["build"]);
+    assert!(
+        !stderr(&out).contains("reaches no compile input"),
+        "{}",
+        text(&out)
+    );
+    assert_eq!(p.compiles(), 3);
+    let digests = lock_digests(&p);
+    assert_eq!(digests.len(), 3);
+    assert!(
+        digests[0] != digests[1] && digests[1] != digests[2],
+        "{digests:?}"
+    );
+}

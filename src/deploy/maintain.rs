@@ -203,9 +203,19 @@ pub fn gc(ws: &Workspace, dry_run: bool, all_unreferenced: bool) -> Result<GcRep
     let mut keep_blobs: BTreeSet<String> =
         lock.artifacts.iter().map(|a| a.digest.clone()).collect();
     let mut keep_keys: BTreeSet<String> = lock.artifacts.iter().map(|a| a.key.clone()).collect();
+    // Pruned artifacts stay too: loosening a bound brings their configs back without
+    // a compile.
+    let mut pruned: Vec<String> = lock.pruned.iter().map(|p| p.key.clone()).collect();
     for other in other_projects(ws, dry_run, &mut report)? {
         keep_blobs.extend(other.artifacts.iter().map(|a| a.digest.clone()));
         keep_keys.extend(other.artifacts.into_iter().map(|a| a.key));
+        pruned.extend(other.pruned.into_iter().map(|p| p.key));
+    }
+    for key in pruned {
+        if let Ok(Some(entry)) = ws.store.get_entry(&key) {
+            keep_blobs.insert(entry.digest);
+        }
+        keep_keys.insert(key);
     }
     for digest in ws.store.blob_digests()? {
         if !keep_blobs.contains(digest.as_str()) {

@@ -189,8 +189,11 @@ pub(super) fn check_decisions(ws: &Workspace, listed: &[Listed<'_>]) -> Vec<Stri
     for group in listed.chunk_by(same) {
         let p = group[0].planned;
         let kernel = &ws.project.kernels[p.kernel];
-        let name = format!("{}[{}]", kernel.name, p.config);
         let lock_prunes = group.iter().filter(|l| l.pruned).count();
+        if kernel.prune.is_none() && lock_prunes == 0 {
+            continue;
+        }
+        let name = format!("{}[{}]", kernel.name, p.config);
         let why = kernel.prune.as_ref().and_then(|rules| {
             group.iter().find_map(|l| {
                 rules.exceeded(&l.resources).first().map(|e| {

@@ -351,9 +351,10 @@ fn require_filters_the_grid_and_derived_params_reach_nvcc_the_lock_and_ls() {
 #[test]
 fn one_compiler_error_is_shown_once_and_fail_fast_stops_at_it() {
     let p = TestProject::new(&["sm_80", "sm_90"]);
+    // A is read (a -D macro), so each config is a compile of its own.
     p.kernel(
         "broken",
-        "    this does not compile;",
+        "    this does not compile;\n    out[0] = A;",
         "[params]\nA = [1, 2, 3]\n",
     );
     let out = p.kart(&["build"]);

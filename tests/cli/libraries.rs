@@ -6,7 +6,7 @@ use crate::harness::{TestProject, stderr, stdout};
 
 const USER_CU: &str = r#"
 #include <mylib/scale.h>
-extern "C" __global__ void user(float *out) { out[threadIdx.x] = mylib_scale(threadIdx.x); }
+extern "C" __global__ void user(float *out) { out[threadIdx.x] = mylib_scale(threadIdx.x) * X; }
 "#;
 
 const OTHER_CU: &str = r#"

@@ -48,23 +48,27 @@ pub(super) fn write_lock(
 ) -> Result<(Lockfile, bool, usize)> {
     // A record of a lock in the current format with the same key and identity is kept
     // as it is (the lock is the trust root), once its entry, if any, agrees.
-    let current: std::collections::HashMap<&str, &LockedArtifact> =
-        if old.version >= crate::store::lockfile::LOCK_VERSION_UNPRUNED {
-            old.artifacts.iter().map(|a| (a.key.as_str(), a)).collect()
-        } else {
-            Default::default()
-        };
+    // Configs that differ only in launch-only params share a key: several records each.
+    let mut current: std::collections::HashMap<&str, Vec<&LockedArtifact>> = Default::default();
+    if old.version >= crate::store::lockfile::LOCK_VERSION_UNPRUNED {
+        for a in &old.artifacts {
+            current.entry(a.key.as_str()).or_default().push(a);
+        }
+    }
     let mut checked = ws.store.checked();
     let mut artifacts = Vec::new();
     let mut unrecorded = Vec::new();
     let mut agreed = 0;
     for p in planned {
         let kernel = &ws.project.kernels[p.kernel].name;
-        let same = current.get(p.key.as_str()).filter(|a| {
-            a.kernel == *kernel
-                && a.config == p.config
-                && a.target == p.target.to_string()
-                && a.kind == p.kind
+        let target = p.target.to_string();
+        let same = current.get(p.key.as_str()).and_then(|records| {
+            records.iter().find(|a| {
+                a.kernel == *kernel
+                    && a.config == p.config
+                    && a.target == target
+                    && a.kind == p.kind
+            })
         });
         if let Some(kept) = same {
             // Agreed before, with the entry file unchanged since: nothing to read.

@@ -208,3 +208,18 @@ fn a_param_that_reaches_no_compile_input_is_found_launch_only_without_being_decl
         "{digests:?}"
     );
 }
+
+#[test]
+fn a_no_op_build_of_configs_sharing_one_compile_is_settled() {
+    let p = fill_project("");
+    p.ok(&["build"]);
+    // Once the store's folders are older than the clock's granularity, a no-op build
+    // finds every record (three per key) in agreement and records the settled state.
+    std::thread::sleep(std::time::Duration::from_millis(2100));
+    p.ok(&["build"]);
+    let settled = std::fs::read_dir(p.root().join("artifacts/v1/settled"))
+        .map(|d| d.count())
+        .unwrap_or(0);
+    assert_eq!(settled, 1, "no settled record after a no-op build");
+    p.ok(&["build", "--locked"]);
+}

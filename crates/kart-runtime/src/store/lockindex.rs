@@ -1,5 +1,5 @@
 //! `kart.lock` read by what a reader touches: one pass over the file at open finds
-//! where each record lies ([`lockscan`](super::lockscan): the offset of every
+//! where each record lies (`store/lockscan.rs`: the offset of every
 //! `[[artifact]]` header, its kernel and a hash of its config), and a record is read
 //! from the file and parsed the first time it is asked for. The runtime opening one
 //! kernel of a lock of 100,000 artifacts and `kart path` of one artifact read the file

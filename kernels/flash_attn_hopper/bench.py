@@ -27,10 +27,13 @@ correctness in `check`.
 import argparse
 import importlib.util
 import math
+import os
+import sys
 
 import torch
 import torch.nn.functional as F
-from flash_attn_vs_sdpa import l2_flushed_timer, sdpa_us  # this folder's SDPA benchmark
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "flash_attn"))
+from bench_vs_sdpa import l2_flushed_timer, sdpa_us  # noqa: E402  (kernels/flash_attn's SDPA timer)
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 

@@ -664,7 +664,7 @@ fn the_runtime_reports_a_malformed_lock_record_when_touched_and_only_then() {
         .unwrap();
     let bytes = rt.blobs().read_blob(&a.digest, Some(a.size)).unwrap();
     assert_eq!(kart::digest::sha256_hex(&bytes), a.digest);
-    assert_eq!(rt.kernels(), ["good", "other"]);
+    assert_eq!(rt.kernels().unwrap(), ["good", "other"]);
     let err = rt
         .select("other", &config(1), h100, JitPolicy::Forbid)
         .unwrap_err()

@@ -68,9 +68,9 @@ impl Blobs {
 
 /// The lock and the blobs (a store or a bundle), opened without touching the GPU.
 ///
-/// Opening reads the lock's text and indexes it by kernel without parsing its records
-/// (see [`LockIndex`]); selecting a (kernel, config) parses the few records of that
-/// config. A malformed record is reported when a lookup touches it, with the file and
+/// Opening indexes the lock without parsing its records (a large one by reading its
+/// ends only, see [`LockIndex`]); selecting a (kernel, config) reads and parses the
+/// few records of that config. A malformed record is reported when a lookup touches it, with the file and
 /// line; one that no lookup touches is not (`kart build` and `kart verify` read the
 /// whole lock). `Send + Sync`.
 pub struct Runtime {
@@ -140,7 +140,7 @@ impl Runtime {
     }
 
     /// The kernels of the lock, sorted.
-    pub fn kernels(&self) -> Vec<&str> {
+    pub fn kernels(&self) -> Result<Vec<&str>> {
         self.lock.kernels()
     }
 
@@ -186,7 +186,7 @@ impl Runtime {
     ) -> Result<&LockedArtifact> {
         let group = self.lock.of_config(kernel, config)?;
         if group.is_empty() {
-            let names = self.lock.kernels();
+            let names = self.lock.kernels()?;
             if !names.contains(&kernel) {
                 return Err(Error::NotLoadable {
                     message: format!("kart.lock has no kernel `{kernel}`"),

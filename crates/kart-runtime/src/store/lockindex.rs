@@ -12,6 +12,13 @@
 //! multi-line strings, tables in another order, an older version) is parsed whole at
 //! open instead, with every check of [`Lockfile::parse`].
 //!
+//! A lock of more than [`BISECT_FROM`] bytes read from a file is not scanned at open:
+//! its ends are read (the version line, the last record, the `[[kernel]]` tables) and
+//! a lookup of one config bisects the sorted records (`store/lockbisect.rs`), reading
+//! a few KiB around some 20 offsets. What a bisection cannot answer (a config not in
+//! the lock, a record not laid out as kart writes it, the list of kernels or all of a
+//! kernel's records) scans the file then, as a smaller lock is scanned at open.
+//!
 //! A record is parsed and validated when a lookup touches it; a malformed one found
 //! then is reported with the whole parse's error (file, line and what is wrong, the
 //! same message a whole parse gives). A malformed record that no lookup touches is not
@@ -24,13 +31,12 @@ use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use serde::Deserialize;
-
 use crate::error::{IoContext as _, Result};
 use crate::launch::LaunchText;
 use crate::model::{ArtifactKind, Config};
+use crate::store::lockbisect::Bisect;
 use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile};
-use crate::store::lockscan::{self, Scanned, UNKNOWN, config_hash};
+use crate::store::lockscan::{self, Scanned, UNKNOWN, config_hash, parse_records};
 use crate::text::{Limit, open_limited, over_limit, read_text};
 
 /// A lock, parsed as far as it has been asked. `Send + Sync`: lookups from several
@@ -42,9 +48,17 @@ pub struct LockIndex {
     /// The whole lock, parsed: at open when the text is not laid out as kart writes
     /// it, else on the first call that needs every record.
     whole: OnceLock<Lockfile>,
-    /// Where each record and kernel lies; `None` when `whole` was parsed at open.
-    layout: Option<Layout>,
+    /// Where each record and kernel lies, from the one-pass scan: at open, or for a
+    /// large lock when a call first needs it. `None` inside: not laid out as kart
+    /// writes it (then `whole` holds the lock).
+    layout: OnceLock<Option<Layout>>,
+    /// A large lock's ends, read at open: lookups of one config bisect its records.
+    bisect: Option<Bisect>,
 }
+
+/// From this size on, a lock read from a file is bisected, not scanned, at open: it is
+/// more than one buffer of the scan, some 2,000 artifacts.
+pub const BISECT_FROM: u64 = 1 << 20;
 
 /// Where the lock's text is.
 #[derive(Debug)]
@@ -83,22 +97,39 @@ struct KernelRun {
     all: OnceLock<Vec<LockedArtifact>>,
 }
 
-#[derive(Deserialize)]
-#[serde(deny_unknown_fields)]
-struct Records {
-    artifact: Vec<LockedArtifact>,
-}
-
 impl LockIndex {
     /// Reads the lock at `path` (`None` when there is none); `shown` names it in
     /// messages.
     pub fn read(path: &Path, shown: &Path) -> Result<Option<LockIndex>> {
+        LockIndex::read_bisecting_from(path, shown, BISECT_FROM)
+    }
+
+    /// [`LockIndex::read`], bisecting a lock of `bisect_from` bytes or more.
+    pub fn read_bisecting_from(
+        path: &Path,
+        shown: &Path,
+        bisect_from: u64,
+    ) -> Result<Option<LockIndex>> {
         if !path.exists() {
             return Ok(None);
         }
         let (file, len) = open_limited(path, Limit::LOCK)?;
-        let scanned = lockscan::scan_file(&file, len, Limit::LOCK.bytes).at("read", path)?;
         let shown = shown.to_path_buf();
+        if len >= bisect_from
+            && let Some(bisect) = Bisect::open(&file, len)
+        {
+            return Ok(Some(LockIndex {
+                source: Source::File {
+                    file,
+                    path: path.to_path_buf(),
+                },
+                shown,
+                whole: OnceLock::new(),
+                layout: OnceLock::new(),
+                bisect: Some(bisect),
+            }));
+        }
+        let scanned = lockscan::scan_file(&file, len, Limit::LOCK.bytes).at("read", path)?;
         let source = Source::File {
             file,
             path: path.to_path_buf(),
@@ -146,36 +177,51 @@ impl LockIndex {
             source: Source::Text(text),
             shown,
             whole: OnceLock::from(lock),
-            layout: None,
+            layout: OnceLock::from(None),
+            bisect: None,
         }
     }
 
     fn laid_out(source: Source, scanned: Scanned, shown: PathBuf) -> LockIndex {
-        let records = (0..scanned.starts.len()).map(|_| OnceLock::new()).collect();
-        let kernels = scanned
-            .kernels
-            .into_iter()
-            .map(|(name, records)| KernelRun {
-                name,
-                records,
-                by_config: OnceLock::new(),
-                lookups: AtomicUsize::new(0),
-                all: OnceLock::new(),
-            })
-            .collect();
         LockIndex {
             source,
             shown,
             whole: OnceLock::new(),
-            layout: Some(Layout {
-                starts: scanned.starts,
-                end: scanned.end,
-                config_keys: scanned.config_keys,
-                kernels,
-                tables: scanned.tables,
-                records,
-            }),
+            layout: OnceLock::from(Some(Layout::of(scanned))),
+            bisect: None,
         }
+    }
+
+    /// The one-pass scan's layout, scanning the file on the first call after a
+    /// bisecting open; `None` when the lock is not laid out as kart writes it (then it
+    /// is parsed whole, and its errors are this call's).
+    fn layout(&self) -> Result<Option<&Layout>> {
+        if let Some(l) = self.layout.get() {
+            return Ok(l.as_ref());
+        }
+        let scanned = match &self.source {
+            Source::Text(text) => lockscan::scan_text(text),
+            Source::File { file, path } => lockscan::scan_file(
+                ReadFrom { file, at: 0 },
+                file.metadata().at("read", path)?.len(),
+                Limit::LOCK.bytes,
+            )
+            .at("read", path)?,
+        };
+        let layout = match scanned {
+            Some(scanned) => Some(Layout::of(scanned)),
+            None => {
+                self.whole()?;
+                None
+            }
+        };
+        Ok(self.layout.get_or_init(|| layout).as_ref())
+    }
+
+    /// Whether lookups bisect the file (and the whole text was not scanned yet).
+    #[cfg(test)]
+    pub(super) fn bisecting(&self) -> bool {
+        self.bisect.is_some() && self.layout.get().is_none()
     }
 
     /// Whether every record has been parsed (at open or since).
@@ -198,33 +244,32 @@ impl LockIndex {
     }
 
     /// The lock's kernels with artifacts, sorted.
-    pub fn kernels(&self) -> Vec<&str> {
-        match &self.layout {
+    pub fn kernels(&self) -> Result<Vec<&str>> {
+        Ok(match self.layout()? {
             Some(l) => l.kernels.iter().map(|k| k.name.as_str()).collect(),
             None => {
-                let lock = self.whole.get().map_or(&[][..], |l| &l.artifacts[..]);
-                let mut names: Vec<&str> = lock.iter().map(|a| a.kernel.as_str()).collect();
+                let mut names: Vec<&str> = (self.whole()?.artifacts.iter())
+                    .map(|a| a.kernel.as_str())
+                    .collect();
                 names.dedup();
                 names
             }
-        }
+        })
     }
 
     /// The `[launch]` of `kernel`, if the lock records one.
     pub fn launch(&self, kernel: &str) -> Option<&LaunchText> {
-        match &self.layout {
-            Some(l) => l
-                .tables
-                .iter()
-                .find(|k| k.name == kernel)
-                .map(|k| &k.launch),
-            None => self.whole.get().and_then(|lock| lock.launch(kernel)),
-        }
+        let tables = match (&self.bisect, self.layout.get()) {
+            (Some(b), _) => &b.tables,
+            (None, Some(Some(l))) => &l.tables,
+            _ => return self.whole.get().and_then(|lock| lock.launch(kernel)),
+        };
+        tables.iter().find(|k| k.name == kernel).map(|k| &k.launch)
     }
 
     /// Every record of `kernel` (empty when the lock has none), parsed on the first call.
     pub fn records(&self, kernel: &str) -> Result<&[LockedArtifact]> {
-        let Some(l) = &self.layout else {
+        let Some(l) = self.layout()? else {
             return Ok(self.whole()?.of_kernel(kernel));
         };
         let Some(run) = run(l, kernel) else {
@@ -243,12 +288,18 @@ impl LockIndex {
     /// when there are none): only the records whose config reads as this one's are
     /// parsed.
     pub fn of_config(&self, kernel: &str, config: &Config) -> Result<Vec<&LockedArtifact>> {
-        if let Some(l) = &self.layout
+        if let (Some(bisect), Source::File { file, .. }) = (&self.bisect, &self.source)
+            && let Some(found) = bisect.of_config(file, kernel, config)
+        {
+            return Ok(found);
+        }
+        let layout = self.layout()?;
+        if let Some(l) = layout
             && let Some(found) = self.lazy_of_config(l, kernel, config)
         {
             return Ok(found);
         }
-        if self.layout.is_some() && self.whole.get().is_none() {
+        if layout.is_some() && self.whole.get().is_none() {
             // Not found as kart writes it: the kernel's records, all parsed, decide.
             return Ok(self
                 .records(kernel)?
@@ -309,14 +360,7 @@ impl LockIndex {
     }
 
     fn parse_records(&self, range: Range<u64>) -> Option<Vec<LockedArtifact>> {
-        // Only a lock of this version is laid out lazily (see `lockscan`): derived
-        // params, which need version 2, are allowed.
-        let records: Records = toml::from_str(&self.text(range)?).ok()?;
-        records
-            .artifact
-            .iter()
-            .all(|a| a.validate().is_ok())
-            .then_some(records.artifact)
+        parse_records(&self.text(range)?)
     }
 
     fn parse_run(&self, l: &Layout, run: &KernelRun) -> Option<Vec<LockedArtifact>> {
@@ -389,6 +433,46 @@ impl LockIndex {
     }
 }
 
+impl Layout {
+    fn of(scanned: Scanned) -> Layout {
+        let records = (0..scanned.starts.len()).map(|_| OnceLock::new()).collect();
+        let kernels = scanned
+            .kernels
+            .into_iter()
+            .map(|(name, records)| KernelRun {
+                name,
+                records,
+                by_config: OnceLock::new(),
+                lookups: AtomicUsize::new(0),
+                all: OnceLock::new(),
+            })
+            .collect();
+        Layout {
+            starts: scanned.starts,
+            end: scanned.end,
+            config_keys: scanned.config_keys,
+            kernels,
+            tables: scanned.tables,
+            records,
+        }
+    }
+}
+
+/// A file read from an offset without moving its cursor.
+struct ReadFrom<'a> {
+    file: &'a std::fs::File,
+    at: u64,
+}
+
+impl std::io::Read for ReadFrom<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        use std::os::unix::fs::FileExt as _;
+        let n = self.file.read_at(buf, self.at)?;
+        self.at += n as u64;
+        Ok(n)
+    }
+}
+
 fn run<'a>(l: &'a Layout, kernel: &str) -> Option<&'a KernelRun> {
     l.kernels
         .binary_search_by(|k| k.name.as_str().cmp(kernel))
@@ -409,94 +493,11 @@ fn config_text(config: &Config) -> Option<String> {
 
 #[cfg(test)]
 mod tests {
-    use std::collections::BTreeMap;
-
     use super::*;
-    use crate::cubin::EntryInfo;
     use crate::error::Error;
     use crate::model::ParamValue;
     use crate::store::lockfile::LOCK_FILE;
-
-    fn artifact(kernel: &str, config: Config, target: &str, kind: ArtifactKind) -> LockedArtifact {
-        let seed = format!("{kernel}{config}{target}{kind}");
-        LockedArtifact {
-            kernel: kernel.into(),
-            config,
-            target: target.into(),
-            kind,
-            key: crate::digest::sha256_hex(format!("key {seed}").as_bytes()),
-            digest: crate::digest::sha256_hex(seed.as_bytes()),
-            size: 100 + seed.len() as u64,
-            nvcc: "13.0.88".into(),
-            entries: vec![EntryInfo {
-                name: kernel.into(),
-                registers: 32,
-                params: vec![8, 4],
-                ..EntryInfo::default()
-            }],
-            derived: BTreeMap::new(),
-        }
-    }
-
-    fn launch(grid: &str) -> crate::launch::LaunchText {
-        crate::launch::LaunchText {
-            grid: vec![grid.into()],
-            block: vec!["32".into()],
-            shared_mem: "0".into(),
-            args: BTreeMap::new(),
-            ..Default::default()
-        }
-    }
-
-    /// A lock of a few kernels over int and identifier params, several targets, PTX
-    /// and derived params, from a fixed pseudo-random sequence.
-    fn generated(seed: u64) -> Lockfile {
-        let mut state = seed;
-        let mut next = move |n: u64| {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            (state >> 33) % n
-        };
-        let mut artifacts = Vec::new();
-        for kernel in ["attn", "gemm", "gemm_v2", "tiny"] {
-            for _ in 0..(5 + next(20)) {
-                let mut config: BTreeMap<String, ParamValue> = BTreeMap::new();
-                config.insert("BLOCK".into(), ParamValue::Int(1 << next(8)));
-                if next(2) == 0 {
-                    config.insert("A".into(), ParamValue::Int(next(1000) as i64 - 500));
-                }
-                if kernel != "tiny" {
-                    let dtype = ["f16", "bf16", "f32"][next(3) as usize];
-                    config.insert("DTYPE".into(), ParamValue::Ident(dtype.into()));
-                }
-                let config = Config(config);
-                for target in ["sm_80", "sm_90", "sm_90a"] {
-                    if next(3) == 0 {
-                        continue;
-                    }
-                    let mut a = artifact(kernel, config.clone(), target, ArtifactKind::Cubin);
-                    if next(4) == 0 {
-                        a.derived.insert("STAGES".into(), next(5) as i64);
-                    }
-                    artifacts.push(a);
-                }
-                if next(5) == 0 {
-                    artifacts.push(artifact(kernel, config, "sm_80", ArtifactKind::Ptx));
-                }
-            }
-        }
-        Lockfile::new(artifacts).with_kernels(vec![
-            LockedKernel {
-                name: "gemm".into(),
-                launch: launch("M / BLOCK"),
-            },
-            LockedKernel {
-                name: "tiny".into(),
-                launch: launch("1"),
-            },
-        ])
-    }
+    use crate::store::testlock::generated;
 
     #[test]
     fn lookups_of_a_lazily_read_lock_answer_as_the_whole_parse() {
@@ -526,7 +527,7 @@ mod tests {
             );
             let mut names: Vec<&str> = lock.artifacts.iter().map(|a| a.kernel.as_str()).collect();
             names.dedup();
-            assert_eq!(index.kernels(), names);
+            assert_eq!(index.kernels().unwrap(), names);
             // Every config present, and configs that are not (another kernel's, a
             // param changed), asked in an order of their own.
             let mut asked: Vec<(String, Config)> = lock

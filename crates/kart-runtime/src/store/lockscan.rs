@@ -16,13 +16,15 @@ use std::ops::Range;
 use memchr::memmem;
 use serde::Deserialize;
 
-use crate::store::lockfile::{LOCK_VERSION, LOCK_VERSION_UNPRUNED, LockedKernel, PrunedArtifact};
+use crate::store::lockfile::{
+    LOCK_VERSION, LOCK_VERSION_UNPRUNED, LockedArtifact, LockedKernel, PrunedArtifact,
+};
 #[cfg(test)]
 use crate::text::Limit;
 
 pub(super) const RECORD: &str = "\n[[artifact]]\n";
-const KERNEL_TABLE: &str = "\n[[kernel]]\n";
-const PRUNED_TABLE: &str = "\n[[pruned]]\n";
+pub(super) const KERNEL_TABLE: &str = "\n[[kernel]]\n";
+pub(super) const PRUNED_TABLE: &str = "\n[[pruned]]\n";
 const CONFIG_TABLE: &str = "\n[artifact.config]\n";
 const NAME_LINE: &str = "[[artifact]]\nkernel = \"";
 
@@ -145,11 +147,7 @@ impl Scanner {
                 None if tables_at.is_some() || last => limit,
                 None => return Some(0),
             };
-            let text = std::str::from_utf8(&chunk[..first]).ok()?;
-            let preamble: Preamble = toml::from_str(text).ok()?;
-            if !(LOCK_VERSION_UNPRUNED..=LOCK_VERSION).contains(&preamble.version) {
-                return None;
-            }
+            preamble(&chunk[..first])?;
             self.preamble = true;
             from = first;
         }
@@ -186,20 +184,7 @@ impl Scanner {
             return None;
         }
         if let Some(tables) = self.tables.take() {
-            if self.triple_double.find(&tables).is_some()
-                || self.triple_single.find(&tables).is_some()
-            {
-                return None;
-            }
-            let tables: Tables = toml::from_str(std::str::from_utf8(&tables).ok()?).ok()?;
-            for k in &tables.kernel {
-                if !crate::untrusted::is_c_identifier(&k.name)
-                    || crate::launch::LaunchSpec::from_text(&k.launch).is_err()
-                {
-                    return None;
-                }
-            }
-            self.found.tables = tables.kernel;
+            self.found.tables = tables_of(&tables)?;
         }
         Some(self.found)
     }
@@ -232,6 +217,57 @@ impl Scanner {
         }
         Some(())
     }
+}
+
+/// Whether `text` holds the start of a multi-line string (which may hold lines that
+/// look like tables).
+pub(super) fn has_multiline(text: &[u8]) -> bool {
+    memmem::find(text, b"\"\"\"").is_some() || memmem::find(text, b"'''").is_some()
+}
+
+/// Checks the text before the first record: comments and the version line, of a
+/// version read this way. `None` when it is anything else.
+pub(super) fn preamble(text: &[u8]) -> Option<()> {
+    let preamble: Preamble = toml::from_str(std::str::from_utf8(text).ok()?).ok()?;
+    (LOCK_VERSION_UNPRUNED..=LOCK_VERSION)
+        .contains(&preamble.version)
+        .then_some(())
+}
+
+/// The `[[kernel]]` tables (each `[launch]` checked) of `text`, the lock from its
+/// first `[[kernel]]` or `[[pruned]]` table on; `None` when it reads otherwise.
+pub(super) fn tables_of(text: &[u8]) -> Option<Vec<LockedKernel>> {
+    if has_multiline(text) {
+        return None;
+    }
+    let tables: Tables = toml::from_str(std::str::from_utf8(text).ok()?).ok()?;
+    for k in &tables.kernel {
+        if !crate::untrusted::is_c_identifier(&k.name)
+            || crate::launch::LaunchSpec::from_text(&k.launch).is_err()
+        {
+            return None;
+        }
+    }
+    Some(tables.kernel)
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Records {
+    artifact: Vec<LockedArtifact>,
+}
+
+/// The records of `text`, a run of whole records as kart writes them, each validated;
+/// `None` when it reads otherwise.
+pub(super) fn parse_records(text: &str) -> Option<Vec<LockedArtifact>> {
+    // Only a lock of this version is laid out lazily (see `lockscan`): derived params,
+    // which need version 2, are allowed.
+    let records: Records = toml::from_str(text).ok()?;
+    records
+        .artifact
+        .iter()
+        .all(|a| a.validate().is_ok())
+        .then_some(records.artifact)
 }
 
 /// Scans lock text already in memory.

@@ -28,11 +28,14 @@ pub mod entry;
 pub mod fsutil;
 pub mod limits;
 pub mod lock_canonical;
+mod lockbisect;
 pub mod lockfile;
 pub mod lockindex;
 mod lockscan;
 pub mod projects;
 pub mod sidecar;
+#[cfg(test)]
+mod testlock;
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};

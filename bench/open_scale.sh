@@ -18,6 +18,7 @@ runs=${RUNS:-7}
 gpu=()
 [[ ${GPU:-0} == 1 ]] && gpu=(--gpu)
 
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN {print (b > 0 ? a / b : 0)}'; }
 median() { sort -n | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 wall_ms() {  # wall ms of one run of "$@" (its output discarded; fails loudly)
   local t0 t1
@@ -54,10 +55,10 @@ for project in "$@"; do
   for col in "${!names[@]}"; do
     nm=$(awk -v c=$((col + 1)) '{print $c}' "$tmp/new" | median)
     bm=$(awk -v c=$((col + 1)) '{print $c}' "$tmp/base" | median)
-    printf '  open_one %-12s %9.2f / %9.2f   %6.2fx\n' "${names[$col]}" "$nm" "$bm" "$(echo "$bm / $nm" | bc -l)"
+    printf '  open_one %-12s %9.2f / %9.2f   %6.2fx\n' "${names[$col]}" "$nm" "$bm" "$(ratio "$bm" "$nm")"
   done
   if [[ -s $tmp/pnew ]]; then
     nm=$(median < "$tmp/pnew"); bm=$(median < "$tmp/pbase")
-    printf '  %-21s %9.2f / %9.2f   %6.2fx\n' "kart path" "$nm" "$bm" "$(echo "$bm / $nm" | bc -l)"
+    printf '  %-21s %9.2f / %9.2f   %6.2fx\n' "kart path" "$nm" "$bm" "$(ratio "$bm" "$nm")"
   fi
 done

@@ -39,7 +39,7 @@ use crate::resolve::{
 };
 use crate::store::bundle::Bundle;
 use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile, lock_path};
-use crate::store::lockindex::LockIndex;
+use crate::store::lockindex::{Bisected, LockIndex};
 use crate::store::{LockMode, Store};
 use crate::target::TargetArch;
 
@@ -65,6 +65,9 @@ impl Blobs {
         }
     }
 }
+
+/// How many of a kernel's configs an error about a missing config names.
+const SHOWN_CONFIGS: usize = 12;
 
 /// The lock and the blobs (a store or a bundle), opened without touching the GPU.
 ///
@@ -175,6 +178,54 @@ impl Runtime {
         }
     }
 
+    /// Why (kernel, config) has no record: no such kernel (naming those there are), or
+    /// no such config (naming configs the lock has: for a large lock, the nearest in its
+    /// order, without reading the kernel's records).
+    fn not_in_lock(&self, kernel: &str, config: &Config) -> Result<Error> {
+        let names = self.lock.kernels()?;
+        if !names.contains(&kernel) {
+            return Ok(Error::NotLoadable {
+                message: format!("kart.lock has no kernel `{kernel}`"),
+                hint: Some(format!("kernels in the lock: {}", names.join(", "))),
+            });
+        }
+        let nearest = match self.lock.bisected(kernel, config) {
+            Some(Bisected::Missing { before, after }) => Some([before, after]),
+            _ => None,
+        };
+        let mut known: Vec<String> = match nearest {
+            Some(around) => around
+                .into_iter()
+                .flatten()
+                .filter(|a| a.kernel == kernel)
+                .map(|a| a.config.to_string())
+                .collect(),
+            _ => (self.lock.records(kernel)?.iter())
+                .map(|a| a.config.to_string())
+                .collect(),
+        };
+        // In the lock's order (configs compare value by value), each config once.
+        known.dedup();
+        let hint = if nearest.is_some() {
+            format!(
+                "the nearest configs in the lock: {}; `kart ls {kernel}` lists them all",
+                known.join("  ")
+            )
+        } else if known.len() > SHOWN_CONFIGS {
+            format!(
+                "configs in the lock: {}  … and {} more (`kart ls {kernel}` lists them all)",
+                known[..SHOWN_CONFIGS].join("  "),
+                known.len() - SHOWN_CONFIGS
+            )
+        } else {
+            format!("configs in the lock: {}", known.join("  "))
+        };
+        Ok(Error::NotLoadable {
+            message: format!("kart.lock has no config {config} of `{kernel}`"),
+            hint: Some(hint),
+        })
+    }
+
     /// The artifact of (kernel, config) a device of `capability` should load, or an
     /// error naming what exists and the build that would add one.
     pub fn select(
@@ -186,25 +237,7 @@ impl Runtime {
     ) -> Result<&LockedArtifact> {
         let group = self.lock.of_config(kernel, config)?;
         if group.is_empty() {
-            let names = self.lock.kernels()?;
-            if !names.contains(&kernel) {
-                return Err(Error::NotLoadable {
-                    message: format!("kart.lock has no kernel `{kernel}`"),
-                    hint: Some(format!("kernels in the lock: {}", names.join(", "))),
-                });
-            }
-            let mut known: Vec<String> = self
-                .lock
-                .records(kernel)?
-                .iter()
-                .map(|a| a.config.to_string())
-                .collect();
-            known.sort();
-            known.dedup();
-            return Err(Error::NotLoadable {
-                message: format!("kart.lock has no config {config} of `{kernel}`"),
-                hint: Some(format!("configs in the lock: {}", known.join("  "))),
-            });
+            return Err(self.not_in_lock(kernel, config)?);
         }
         let available: Vec<(TargetArch, ArtifactKind)> = group
             .iter()
@@ -501,5 +534,69 @@ mod tests {
         );
         assert_eq!(KernelArg::I8(-1).bits(), 0xff);
         assert_eq!(KernelArg::F32(1.0).bits(), 0x3f80_0000);
+    }
+
+    /// What `select` says of a config the lock lacks, read whole and read by bisection.
+    fn missing_config_message(bisect_from: u64) -> (String, String) {
+        use crate::model::ParamValue;
+        let dir = tempfile::tempdir().unwrap();
+        // 40 configs of one kernel, more than a message lists.
+        let artifacts = (0..40)
+            .map(|i| {
+                let config = Config([("BLOCK".to_string(), ParamValue::Int(i * 2))].into());
+                crate::store::testlock::artifact("tiny", config, "sm_90", ArtifactKind::Cubin)
+            })
+            .collect();
+        let path = dir.path().join(LOCK_FILE);
+        std::fs::write(&path, Lockfile::new(artifacts).to_text()).unwrap();
+        let lock = LockIndex::read_bisecting_from(&path, Path::new(LOCK_FILE), bisect_from)
+            .unwrap()
+            .unwrap();
+        let store = Store::open(
+            &dir.path().join("store"),
+            LockMode::Shared,
+            Duration::from_secs(5),
+        )
+        .unwrap();
+        let rt = Runtime::from_index(lock, Blobs::Store(store));
+        let capability = Capability { major: 9, minor: 0 };
+        let asked = Config([("BLOCK".to_string(), ParamValue::Int(21))].into());
+        let err = rt
+            .select("tiny", &asked, capability, JitPolicy::Forbid)
+            .unwrap_err();
+        let Error::NotLoadable { message, hint } = err else {
+            panic!("{err}")
+        };
+        let none = rt
+            .select("nope", &asked, capability, JitPolicy::Forbid)
+            .unwrap_err();
+        assert!(none.to_string().contains("no kernel `nope`"), "{none}");
+        assert!(
+            format!("{none:?}").contains("kernels in the lock: tiny"),
+            "{none:?}"
+        );
+        (message, hint.unwrap())
+    }
+
+    #[test]
+    fn a_missing_config_names_a_few_configs_the_lock_has() {
+        // Read whole: the first configs in order, and how many more.
+        let (message, hint) = missing_config_message(u64::MAX);
+        assert_eq!(message, "kart.lock has no config BLOCK=21 of `tiny`");
+        assert!(
+            hint.starts_with("configs in the lock: BLOCK=0  BLOCK=2  BLOCK=4  "),
+            "{hint}"
+        );
+        assert!(
+            hint.ends_with("… and 28 more (`kart ls tiny` lists them all)"),
+            "{hint}"
+        );
+        // By bisection: the two around where it would be, without reading the rest.
+        let (message, hint) = missing_config_message(0);
+        assert_eq!(message, "kart.lock has no config BLOCK=21 of `tiny`");
+        assert_eq!(
+            hint,
+            "the nearest configs in the lock: BLOCK=20  BLOCK=22; `kart ls tiny` lists them all"
+        );
     }
 }

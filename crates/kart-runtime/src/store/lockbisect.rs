@@ -7,10 +7,10 @@
 //! tail (the last record, parsed, then the `[[kernel]]` and `[[pruned]]` tables) are
 //! read and checked as the one-pass scan (`lockscan.rs`) checks them. A lookup checks each
 //! record it reads (one record, laid out as kart writes it, no multi-line string,
-//! every field valid) and the order of the records it answers with. Anything that does
-//! not read that way, and a config not found, are left to the caller, which scans
-//! the whole file: a miss, or a lock edited by hand, costs one scan, and every answer
-//! is one the scan would give for a lock laid out as kart writes it.
+//! every field valid) and the order of the records it answers with. A config not
+//! found is not in a sorted lock (the whole parse refuses a lock out of order), and the
+//! records around where it would be name the nearest configs. Anything that does not
+//! read as kart writes it is left to the caller, which scans the whole file.
 
 use std::fs::File;
 use std::ops::Range;
@@ -46,6 +46,21 @@ pub(super) struct Bisect {
 }
 
 type Slot = OnceLock<(u64, Box<LockedArtifact>)>;
+
+/// What a bisection found for one (kernel, config).
+#[derive(Debug)]
+pub enum Bisected<'a> {
+    /// Its records, sorted by target and kind.
+    Found(Vec<&'a LockedArtifact>),
+    /// None: the records around where it would be, the nearest in the lock's order
+    /// (of another kernel, or none, at either end of the kernel's records).
+    Missing {
+        /// The record just before.
+        before: Option<&'a LockedArtifact>,
+        /// The record just after.
+        after: Option<&'a LockedArtifact>,
+    },
+}
 
 /// Reads `len` bytes at `at`, fewer at the end of the file.
 fn read_at(file: &File, at: u64, len: u64) -> Option<Vec<u8>> {
@@ -120,38 +135,48 @@ impl Bisect {
         })
     }
 
-    /// The records of (kernel, config), sorted, when the bisection finds them and they
-    /// read as kart writes them; `None` otherwise (then the whole file decides).
+    /// The records of (kernel, config), sorted, or where they would be; `None` when a
+    /// record read is not laid out as kart writes it (then the whole file decides).
     pub fn of_config<'a>(
         &'a self,
         file: &File,
         kernel: &str,
         config: &Config,
-    ) -> Option<Vec<&'a LockedArtifact>> {
+    ) -> Option<Bisected<'a>> {
         let want = (kernel, config);
         // Every record starting before `lo` sorts before the config; none starting at
-        // `hi` or later does.
+        // `hi` or later does. `before` is the record that ends at `lo`.
         let (mut lo, mut hi) = (self.first, self.end);
+        let mut before = None;
         while lo < hi {
             let mid = lo + (hi - lo) / 2;
             match self.record_from(file, mid, hi)? {
                 None => hi = mid,
-                Some((range, a)) if (a.kernel.as_str(), &a.config) < want => lo = range.end,
+                Some((range, a)) if (a.kernel.as_str(), &a.config) < want => {
+                    lo = range.end;
+                    before = Some(a);
+                }
                 Some((range, _)) => hi = range.start,
             }
         }
         let mut found: Vec<&LockedArtifact> = Vec::new();
+        let mut after = None;
         let mut at = lo;
         while at < self.end {
             let (range, a) = self.record_from(file, at, at + 1)??;
             if (a.kernel.as_str(), &a.config) != want {
+                after = Some(a);
                 break;
             }
             found.push(a);
             at = range.end;
         }
+        if found.is_empty() {
+            // The records are sorted: the config would lie between these two.
+            return Some(Bisected::Missing { before, after });
+        }
         let ordered = found.windows(2).all(|w| w[0].id() < w[1].id());
-        (!found.is_empty() && ordered).then_some(found)
+        ordered.then_some(Bisected::Found(found))
     }
 
     /// The record whose header is the first at or after `from` and before `before`
@@ -225,7 +250,7 @@ mod tests {
     use crate::error::Error;
     use crate::model::{Config, ParamValue};
     use crate::store::lockfile::{LOCK_FILE, LockedArtifact, Lockfile};
-    use crate::store::lockindex::LockIndex;
+    use crate::store::lockindex::{Bisected, LockIndex};
     use crate::store::testlock::generated;
 
     /// `text` as a file, read with every size bisected.
@@ -306,11 +331,23 @@ mod tests {
                 index.bisecting() && !index.is_whole(),
                 "seed {seed}: configs found read only their records"
             );
-            // A config not in the lock is told by the scan of the whole file.
+            // A config not in the lock: none, with the records around where it would be.
             for (kernel, config) in &absent {
                 assert!(index.of_config(kernel, config).unwrap().is_empty());
+                let Some(Bisected::Missing { before, after }) = index.bisected(kernel, config)
+                else {
+                    panic!("seed {seed}: {kernel}[{config}] found")
+                };
+                let place = lock.artifacts.partition_point(|a| {
+                    (a.kernel.as_str(), &a.config) < (kernel.as_str(), config)
+                });
+                assert_eq!(before, place.checked_sub(1).map(|i| &lock.artifacts[i]));
+                assert_eq!(after, lock.artifacts.get(place));
             }
-            assert!(!index.bisecting());
+            assert!(
+                index.bisecting(),
+                "seed {seed}: a miss reads no more than a hit"
+            );
             for kernel in ["attn", "gemm", "gemm_v2", "tiny", "nope"] {
                 assert_eq!(index.records(kernel).unwrap(), lock.of_kernel(kernel));
             }

@@ -35,6 +35,7 @@ use crate::error::{IoContext as _, Result};
 use crate::launch::LaunchText;
 use crate::model::{ArtifactKind, Config};
 use crate::store::lockbisect::Bisect;
+pub use crate::store::lockbisect::Bisected;
 use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile};
 use crate::store::lockscan::{self, Scanned, UNKNOWN, config_hash, parse_records};
 use crate::text::{Limit, open_limited, over_limit, read_text};
@@ -288,10 +289,11 @@ impl LockIndex {
     /// when there are none): only the records whose config reads as this one's are
     /// parsed.
     pub fn of_config(&self, kernel: &str, config: &Config) -> Result<Vec<&LockedArtifact>> {
-        if let (Some(bisect), Source::File { file, .. }) = (&self.bisect, &self.source)
-            && let Some(found) = bisect.of_config(file, kernel, config)
-        {
-            return Ok(found);
+        if let Some(bisected) = self.bisected(kernel, config) {
+            return Ok(match bisected {
+                Bisected::Found(found) => found,
+                Bisected::Missing { .. } => Vec::new(),
+            });
         }
         let layout = self.layout()?;
         if let Some(l) = layout
@@ -308,6 +310,16 @@ impl LockIndex {
                 .collect());
         }
         Ok(self.whole()?.of_config(kernel, config).iter().collect())
+    }
+
+    /// For a lock read by bisection, what the bisection finds for (kernel, config): its
+    /// records, or the records around where it would be. `None` for a lock read whole
+    /// or scanned, or when a record read is not laid out as kart writes it.
+    pub fn bisected(&self, kernel: &str, config: &Config) -> Option<Bisected<'_>> {
+        match (&self.bisect, &self.source) {
+            (Some(bisect), Source::File { file, .. }) => bisect.of_config(file, kernel, config),
+            _ => None,
+        }
     }
 
     /// The record of this identity.

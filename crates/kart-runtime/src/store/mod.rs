@@ -35,7 +35,7 @@ mod lockscan;
 pub mod projects;
 pub mod sidecar;
 #[cfg(test)]
-mod testlock;
+pub(crate) mod testlock;
 
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};

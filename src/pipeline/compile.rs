@@ -645,6 +645,14 @@ pub fn warnings(stderr: &str) -> Vec<&str> {
 pub(crate) fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), String> {
     let toolkit = std::fs::canonicalize(&job.toolchain.root).unwrap_or(job.toolchain.root.clone());
     let mut problems = Vec::new();
+    // The files of the include folders that are inputs of the key.
+    let mut included = Vec::new();
+    for dir in &job.kernel.include {
+        match crate::pipeline::key::include_inputs(job.root, dir) {
+            Ok(files) => included.extend(files),
+            Err(e) => problems.push(e.to_string()),
+        }
+    }
     for dep in deps {
         let abs = job.root.join(dep);
         let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
@@ -670,7 +678,7 @@ pub(crate) fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Resu
         }
         if let Ok(rel) = abs.strip_prefix(job.root) {
             let declared = job.kernel.sources.iter().any(|s| s == rel)
-                || job.kernel.include.iter().any(|d| rel.starts_with(d))
+                || included.iter().any(|f| f == rel)
                 || job.kernel.libraries.iter().any(|l| {
                     job.toolchain
                         .libraries
@@ -697,6 +705,18 @@ pub(crate) fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Resu
                     rel.display(),
                     job.kernel.manifest.display(),
                     name.display()
+                ));
+                continue;
+            }
+            let kernel_folder = job.kernel.include.iter().find(|d| {
+                rel.starts_with(d) && job.root.join(d).join(crate::project::KERNEL_FILE).is_file()
+            });
+            if let (false, Some(folder)) = (declared, kernel_folder) {
+                problems.push(format!(
+                    "`{}` is read by the compile but is not one of the `sources` of `{}`, the kernel folder included by `{}`: of another kernel's folder only its `sources` are inputs; add the file to them, or move what both kernels share to a folder of headers and include that",
+                    rel.display(),
+                    folder.join(crate::project::KERNEL_FILE).display(),
+                    job.kernel.manifest.display()
                 ));
                 continue;
             }

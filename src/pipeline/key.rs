@@ -5,10 +5,10 @@
 //! entry, so `kart explain` can name the input that changed between two keys.
 
 use std::collections::BTreeMap;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use crate::digest::{Preimage, sha256_file};
-use crate::error::Result;
+use crate::error::{Error, Result};
 use crate::model::ArtifactKind;
 use crate::model::Config;
 use crate::project::{KERNEL_FILE, Kernel};
@@ -27,9 +27,9 @@ use crate::tree::collect_files;
 pub const KEY_FORMAT_VERSION: u32 = 2;
 
 /// The paths (relative to the project root, `/`-separated) and sha256 of every input
-/// file of a kernel: its `sources`, plus every file of its declared include folders
-/// minus dot-files (editor leftovers). Other files of the kernel's folder (its check
-/// program, benchmark, results) are not inputs; a compile that reads one is refused
+/// file of a kernel: its `sources`, plus the files of its declared include folders
+/// ([`include_inputs`]). Other files of the kernel's folder (its check program,
+/// benchmark, results) are not inputs; a compile that reads one is refused
 /// (`compile::check_dependencies`). Sorted, without duplicates.
 pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<String, String>> {
     let mut files = BTreeMap::new();
@@ -39,12 +39,8 @@ pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<Strin
         files.insert(name, sha256_file(&root.join(path))?);
     }
     for dir in &kernel.include {
-        let mut rel = Vec::new();
-        collect_files(&root.join(dir), &root.join(dir), &mut rel)?;
-        for r in rel {
-            let path = dir.join(&r);
-            let hidden = r.split('/').any(|c| c.starts_with('.'));
-            if path == kernel_toml || hidden {
+        for path in include_inputs(root, dir)? {
+            if path == kernel_toml {
                 continue;
             }
             let name = path.to_string_lossy().replace('\\', "/");
@@ -54,6 +50,65 @@ pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<Strin
         }
     }
     Ok(files)
+}
+
+/// The files of include folder `dir` (relative to the project root) that are inputs of
+/// the key, relative to the root. Another kernel's folder (one with a kernel.toml, as
+/// when a variant includes its base's source) gives that kernel's `sources`, as its own
+/// folder would: not its program, benchmarks or results, whose edits would otherwise
+/// change every key of the including kernel. Any other folder gives every file but
+/// dot-files (editor leftovers).
+pub fn include_inputs(root: &Path, dir: &Path) -> Result<Vec<PathBuf>> {
+    let manifest = dir.join(KERNEL_FILE);
+    if root.join(&manifest).is_file() {
+        return kernel_sources(root, &manifest);
+    }
+    let mut rel = Vec::new();
+    collect_files(&root.join(dir), &root.join(dir), &mut rel)?;
+    Ok(rel
+        .into_iter()
+        .filter(|r| !r.split('/').any(|c| c.starts_with('.')))
+        .map(|r| dir.join(r))
+        .collect())
+}
+
+/// The `sources` of the kernel.toml at `manifest` (relative to the root), each
+/// relative to the root.
+fn kernel_sources(root: &Path, manifest: &Path) -> Result<Vec<PathBuf>> {
+    #[derive(serde::Deserialize)]
+    struct Sources {
+        #[serde(default)]
+        sources: Vec<String>,
+    }
+    let text = crate::text::read_text(&root.join(manifest), crate::text::Limit::MANIFEST)?;
+    let invalid = |message: String| Error::InvalidFile {
+        path: manifest.to_path_buf(),
+        line: 1,
+        column: 1,
+        message,
+        hint: Some(
+            "an include folder that holds a kernel.toml contributes that kernel's `sources`".into(),
+        ),
+    };
+    let parsed: Sources = toml::from_str(&text).map_err(|e| invalid(e.message().to_string()))?;
+    let dir = manifest.parent().unwrap_or(Path::new(""));
+    parsed
+        .sources
+        .iter()
+        .map(|s| {
+            let path = Path::new(s);
+            if path
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)))
+            {
+                Ok(dir.join(path))
+            } else {
+                Err(invalid(format!(
+                    "source `{s}` is not a path inside the kernel's folder"
+                )))
+            }
+        })
+        .collect()
 }
 
 /// Every input of one artifact, in a fixed order. `root` (the project's absolute folder)

@@ -102,6 +102,57 @@ fn editing_a_declared_include_rebuilds_exactly_the_kernels_that_declare_it() {
 }
 
 #[test]
+fn a_variant_including_its_base_kernels_folder_keys_only_the_bases_sources() {
+    let p = TestProject::new(&["sm_90"]);
+    p.write(
+        "kernels/base/base.cu",
+        "extern \"C\" __global__ void base(float* o) { o[0] = 1; }\n",
+    );
+    p.write(
+        "kernels/base/kernel.toml",
+        "name = \"base\"\nsources = [\"base.cu\"]\nentry = [\"base\"]\n",
+    );
+    p.write("kernels/base/RESULTS.md", "# figures\n");
+    p.write("kernels/base/notes.txt", "read by nobody\n");
+    // The variant compiles the base's source, renamed by a macro.
+    p.write(
+        "kernels/variant/variant.cu",
+        "#define base variant\n#include \"base.cu\"\n",
+    );
+    p.write(
+        "kernels/variant/kernel.toml",
+        "name = \"variant\"\nsources = [\"variant.cu\"]\nentry = [\"variant\"]\ninclude = [\"../base\"]\n",
+    );
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 2);
+    // The base's results are not inputs of the variant's key.
+    p.write("kernels/base/RESULTS.md", "# new figures\n");
+    p.write("kernels/base/results.log", "a run\n");
+    p.ok(&["build", "--locked"]);
+    // Its source is.
+    p.clear_log();
+    p.write(
+        "kernels/base/base.cu",
+        "extern \"C\" __global__ void base(float* o) { o[0] = 2; }\n",
+    );
+    p.ok(&["build"]);
+    assert_eq!(p.compiles(), 2, "{:?}", p.compile_lines());
+    // A file of the base's folder that is not one of its sources cannot be read.
+    p.write(
+        "kernels/variant/variant.cu",
+        "#include \"notes.txt\"\n#define base variant\n#include \"base.cu\"\n",
+    );
+    p.write("kernels/base/notes.txt", "// read now\n");
+    let out = p.kart(&["build"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    let err = stderr(&out);
+    assert!(
+        err.contains("`kernels/base/notes.txt` is read by the compile but is not one of the `sources` of `kernels/base/kernel.toml`"),
+        "{err}"
+    );
+}
+
+#[test]
 fn an_undeclared_include_is_an_error_naming_the_folder_to_add() {
     let p = TestProject::new(&["sm_90"]);
     p.write("kernels/common/scale.h", "#define SCALE 2\n");

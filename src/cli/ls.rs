@@ -3,11 +3,12 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::ExitCode;
 
-use kart::deploy::maintain::{self, ListRow};
+use kart::deploy::listing::{self, ListRow};
 use kart::error::Result;
+use kart::model::ArtifactKind;
 use kart::workspace::Workspace;
 
-use super::output::print_json;
+use super::output::write_json;
 
 /// `kart ls [KERNEL…] [-p …] [--wide | --json]`.
 pub fn run(
@@ -17,13 +18,19 @@ pub fn run(
     wide: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let rows = maintain::list(ws, kernels, params)?;
+    let listing = listing::list(ws, kernels, params)?;
     if json {
-        print_json(&rows);
-    } else if wide {
+        write_json(&listing)?;
+        // The process ends here: its records are not freed one by one (at 100,000
+        // artifacts that is a tenth of the command's time).
+        std::mem::forget(listing);
+        return Ok(ExitCode::SUCCESS);
+    }
+    let rows: Vec<ListRow> = listing.rows().collect();
+    if wide {
         let mut by_kernel: BTreeMap<&str, Vec<&ListRow>> = BTreeMap::new();
         for r in &rows {
-            by_kernel.entry(&r.kernel).or_default().push(r);
+            by_kernel.entry(r.kernel).or_default().push(r);
         }
         for (i, group) in by_kernel.values().enumerate() {
             if i > 0 {
@@ -39,10 +46,10 @@ pub fn run(
 
 /// The columns after the config, as cells.
 fn resource_cells(r: &ListRow) -> Vec<String> {
-    let target = if r.kind == "ptx" {
+    let target = if r.kind == ArtifactKind::Ptx {
         format!("{} ptx", r.target)
     } else {
-        r.target.clone()
+        r.target.to_string()
     };
     vec![
         target,
@@ -113,7 +120,7 @@ fn print_compact(rows: &[ListRow]) {
     for r in rows {
         for (name, value) in &r.config.0 {
             values
-                .entry(&r.kernel)
+                .entry(r.kernel)
                 .or_default()
                 .entry(name)
                 .or_default()
@@ -140,11 +147,11 @@ fn print_compact(rows: &[ListRow]) {
             .config
             .0
             .iter()
-            .filter(|(name, _)| varying(&r.kernel, name))
+            .filter(|(name, _)| varying(r.kernel, name))
             .map(|(name, value)| format!("{name}={value}"))
             .collect();
         let mut row = vec![
-            r.kernel.clone(),
+            r.kernel.to_string(),
             if shown.is_empty() {
                 "-".to_string()
             } else {
@@ -176,7 +183,7 @@ fn print_wide(rows: &[&ListRow]) {
         .collect();
     let mut table = vec![header];
     for r in rows {
-        let mut row = vec![r.kernel.clone()];
+        let mut row = vec![r.kernel.to_string()];
         row.extend(
             params
                 .iter()

@@ -23,3 +23,18 @@ pub(super) fn print_json(value: &impl serde::Serialize) {
         serde_json::to_string_pretty(value).unwrap_or_default()
     );
 }
+
+/// Writes `value` as pretty JSON on stdout through a buffer (the same bytes as
+/// [`print_json`]), for reports of many thousand rows.
+pub(super) fn write_json(value: &impl serde::Serialize) -> kart::error::Result<()> {
+    use std::io::Write;
+    let mut out = std::io::BufWriter::with_capacity(1 << 16, std::io::stdout().lock());
+    let io = |source: std::io::Error| kart::Error::Io {
+        action: "write to",
+        path: "standard output".into(),
+        source,
+    };
+    serde_json::to_writer_pretty(&mut out, value).map_err(|e| io(e.into()))?;
+    out.write_all(b"\n").map_err(io)?;
+    out.flush().map_err(io)
+}

@@ -159,6 +159,20 @@ impl AttestFile {
         });
     }
 
+    /// [`AttestFile::gpus_for`] of every attested digest, read in one pass over the
+    /// records (not one pass per digest asked).
+    pub fn gpus_by_digest(&self) -> std::collections::HashMap<&str, Vec<&str>> {
+        let mut by: std::collections::HashMap<&str, Vec<&str>> = Default::default();
+        for r in &self.records {
+            by.entry(r.digest.as_str()).or_default().push(r.short_gpu());
+        }
+        for gpus in by.values_mut() {
+            gpus.sort();
+            gpus.dedup();
+        }
+        by
+    }
+
     /// The short names of the GPUs that attested `digest`, sorted, deduplicated.
     pub fn gpus_for(&self, digest: &str) -> Vec<&str> {
         let mut gpus: Vec<&str> = self

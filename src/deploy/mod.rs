@@ -3,8 +3,9 @@
 //! config anew except `verify --rebuild`, which rebuilds to compare against the lock.
 //! The folder is named for that shared direction, from the lock out to the machines
 //! (`deploy`, not `fleet`: `verify`, `gc` and `ls` serve one machine's store too).
-//! - [`maintain`]: `kart verify`, `kart gc` and `kart ls`, the store checked, pruned
-//!   and listed against the lock;
+//! - [`maintain`]: `kart verify` and `kart gc`, the store checked and pruned against
+//!   the lock;
+//! - [`listing`]: `kart ls`, the lock's records as rows;
 //! - [`attest`]: `kart.attest`, which blobs were loaded (and the smoke kernel
 //!   launched) on which GPU and driver;
 //! - [`tune`]: offline tuning into `kart.tune` (`best()` is the runtime crate's);
@@ -16,6 +17,7 @@
 pub mod attest;
 pub mod bundle;
 pub mod coverage;
+pub mod listing;
 pub mod maintain;
 pub mod problems;
 pub mod tune;

@@ -442,3 +442,97 @@ fn explain_grid_prints_json_when_asked() {
         "{reports}"
     );
 }
+
+/// `kart ls --json` says of every record what kart.lock says (read here with a general
+/// TOML parser): its identity, size, digest, derived params, entries, and the most
+/// registers and shared memory and the spills of its entries; and whether its blob is
+/// in the store.
+#[test]
+fn ls_json_is_the_lock_record_by_record() {
+    let p = rules_project("\"WARPS <= 4\"");
+    p.ok(&["build"]);
+    let lock: toml::Value = toml::from_str(&p.read("kart.lock")).unwrap();
+    let records = lock["artifact"].as_array().unwrap();
+    assert_eq!(records.len(), 9);
+    // One blob gone from the store: its row says so, the others' do not.
+    let gone = records[4]["digest"].as_str().unwrap().to_string();
+    for name in [gone.clone(), format!("{gone}.zst")] {
+        let _ = std::fs::remove_file(
+            p.root()
+                .join("artifacts/v1/blobs")
+                .join(&gone[..2])
+                .join(name),
+        );
+    }
+    let rows: serde_json::Value = serde_json::from_str(&stdout(&p.ok(&["ls", "--json"]))).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), records.len());
+    let int = |v: &toml::Value| v.as_integer().unwrap();
+    for (row, record) in rows.iter().zip(records) {
+        // Every field, and no other (listed sorted, as serde_json's map holds them).
+        let keys: Vec<&str> = row
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "attested",
+                "config",
+                "derived",
+                "digest",
+                "entries",
+                "kernel",
+                "kind",
+                "local",
+                "registers",
+                "shared_bytes",
+                "size",
+                "spill_bytes",
+                "target"
+            ],
+            "{row:#}"
+        );
+        for field in ["kernel", "target", "kind", "digest"] {
+            assert_eq!(row[field].as_str(), record[field].as_str(), "{field}");
+        }
+        assert_eq!(row["size"].as_i64(), Some(int(&record["size"])));
+        for (name, value) in record["config"].as_table().unwrap() {
+            assert_eq!(row["config"][name].as_i64(), Some(int(value)), "{name}");
+        }
+        assert_eq!(
+            row["config"].as_object().unwrap().len(),
+            record["config"].as_table().unwrap().len()
+        );
+        let derived = record["derived"].as_table().unwrap();
+        assert_eq!(row["derived"].as_object().unwrap().len(), derived.len());
+        assert_eq!(row["derived"]["ROWS"].as_i64(), Some(int(&derived["ROWS"])));
+        let entries = record["entries"].as_array().unwrap();
+        let most = |field: &str| entries.iter().map(|e| int(&e[field])).max().unwrap();
+        assert_eq!(row["registers"].as_i64(), Some(most("registers")));
+        assert_eq!(row["shared_bytes"].as_i64(), Some(most("shared_bytes")));
+        let spills: i64 = entries
+            .iter()
+            .map(|e| int(&e["spill_store_bytes"]) + int(&e["spill_load_bytes"]))
+            .sum();
+        assert_eq!(row["spill_bytes"].as_i64(), Some(spills));
+        let names: Vec<&str> = entries
+            .iter()
+            .map(|e| e.get("instance").unwrap_or(&e["name"]).as_str().unwrap())
+            .collect();
+        let shown: Vec<&str> = row["entries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|e| e.as_str().unwrap())
+            .collect();
+        assert_eq!(shown, names);
+        assert_eq!(row["attested"], serde_json::json!([]));
+        assert_eq!(
+            row["local"].as_bool(),
+            Some(record["digest"].as_str() != Some(&gone))
+        );
+    }
+}

@@ -20,7 +20,34 @@ use serde::de::DeserializeOwned;
 /// otherwise (parse it with TOML then). The caller splits off what this layout does not
 /// cover (kart.lock's `[[kernel]]` tables).
 pub fn parse<T: DeserializeOwned>(text: &str) -> Option<T> {
-    serde_json::from_str(&to_json(text)?).ok()
+    serde_json::from_str(&to_json(text, &mut None)?).ok()
+}
+
+/// `text` read as `H` (its top-level keys, with `artifact` an empty array) and its
+/// `[[artifact]]` records as `R`, each record deserialized as soon as it is read: the
+/// JSON of one record at a time is held, never the whole text's. `None` as for
+/// [`parse`].
+pub fn parse_records<H: DeserializeOwned, R: DeserializeOwned>(text: &str) -> Option<(H, Vec<R>)> {
+    let mut records = Vec::new();
+    let mut sink = |json: &str| {
+        records.push(serde_json::from_str::<R>(json).ok()?);
+        Some(())
+    };
+    let head = to_json(text, &mut Some(&mut sink))?;
+    Some((serde_json::from_str(&head).ok()?, records))
+}
+
+/// What receives each record's JSON as it closes; `None` keeps the records in the text.
+type RecordSink<'a> = Option<&'a mut dyn FnMut(&str) -> Option<()>>;
+
+/// Hands the record that starts at `start` of `out` to `sink` and removes it from `out`
+/// (nothing without a sink).
+fn emit(out: &mut String, start: usize, sink: &mut RecordSink<'_>) -> Option<()> {
+    if let Some(sink) = sink {
+        sink(&out[start..])?;
+        out.truncate(start);
+    }
+    Some(())
 }
 
 /// Where a line's key goes.
@@ -34,9 +61,17 @@ enum Table {
     SubArray,
 }
 
-/// The JSON text of the subset, or `None` at the first line outside it.
-fn to_json(text: &str) -> Option<String> {
-    let mut out = String::with_capacity(text.len() + text.len() / 4);
+/// The JSON text of the subset, or `None` at the first line outside it. With a sink,
+/// each `[[artifact]]` record goes to it as one JSON object when it closes, and the text
+/// returned has `"artifact":[]`.
+fn to_json(text: &str, sink: &mut RecordSink<'_>) -> Option<String> {
+    let mut out = String::with_capacity(if sink.is_some() {
+        4096
+    } else {
+        text.len() + text.len() / 4
+    });
+    // Where the open record's JSON starts in `out`.
+    let mut record = 0;
     out.push('{');
     let mut table = Table::Top;
     // The current table's keys (duplicates are a TOML error, so they leave the subset).
@@ -75,8 +110,13 @@ fn to_json(text: &str) -> Option<String> {
                     });
                     artifacts_open = true;
                 } else {
-                    out.push_str("},");
+                    out.push('}');
+                    emit(&mut out, record, sink)?;
+                    if sink.is_none() {
+                        out.push(',');
+                    }
                 }
+                record = out.len();
                 out.push('{');
                 subs.clear();
                 table = Table::Artifact;
@@ -108,7 +148,10 @@ fn to_json(text: &str) -> Option<String> {
             }
             continue;
         }
-        let (key, value) = line.split_once(" = ")?;
+        // The first `=` must be the one of ` = `: a key with `=` in it is not bare.
+        let eq = line.bytes().position(|b| b == b'=')?;
+        let (key, value) = (line.get(..eq)?, line.get(eq + 1..)?);
+        let (key, value) = (key.strip_suffix(' ')?, value.strip_prefix(' ')?);
         if !is_bare_key(key) || keys.contains(&key) {
             return None;
         }
@@ -124,7 +167,9 @@ fn to_json(text: &str) -> Option<String> {
     }
     close_sub(&mut out, &table);
     if table != Table::Top {
-        out.push_str("}]");
+        out.push('}');
+        emit(&mut out, record, sink)?;
+        out.push(']');
     }
     out.push('}');
     Some(out)
@@ -242,7 +287,8 @@ mod tests {
     #[test]
     fn tables_and_arrays_of_tables_become_json() {
         let text = "version = 3\n\n[[artifact]]\nkernel = \"a\"\nsizes = [1, -2]\n\n[artifact.config]\nA = 1\nT = \"lib::Mode::B\"\n\n[[artifact.entries]]\nname = \"x\"\n\n[[artifact.entries]]\nname = \"y\"\nok = true\n\n[artifact.derived]\nS = 0\n\n[[artifact]]\nkernel = \"b\"\n";
-        let json: serde_json::Value = serde_json::from_str(&to_json(text).unwrap()).unwrap();
+        let json: serde_json::Value =
+            serde_json::from_str(&to_json(text, &mut None).unwrap()).unwrap();
         let want = serde_json::json!({
             "version": 3,
             "artifact": [
@@ -259,6 +305,56 @@ mod tests {
         assert_eq!(json, want);
         let parsed: serde_json::Value = parse(text).unwrap();
         assert_eq!(parsed, want);
+    }
+
+    #[test]
+    fn records_read_one_at_a_time_are_the_records_of_the_whole_text() {
+        #[derive(serde::Deserialize, Debug, PartialEq)]
+        struct Head {
+            version: u32,
+            #[serde(default)]
+            artifact: Vec<serde_json::Value>,
+        }
+        let text = "version = 3\n\n[[artifact]]\nkernel = \"a\"\n\n[artifact.config]\nA = 1\n\n[[artifact.entries]]\nname = \"x\"\n\n[[artifact.entries]]\nname = \"y\"\n\n[[artifact]]\nkernel = \"b\"\n\n[[artifact]]\nkernel = \"c\"\n[artifact.derived]\nS = 0\n";
+        let whole: Head = parse(text).unwrap();
+        let (head, records): (Head, Vec<serde_json::Value>) = parse_records(text).unwrap();
+        assert_eq!(head.version, 3);
+        assert!(head.artifact.is_empty());
+        assert_eq!(records.len(), 3);
+        assert_eq!(records, whole.artifact);
+        // No record, and a record outside the subset.
+        let (head, none): (Head, Vec<serde_json::Value>) = parse_records("version = 3\n").unwrap();
+        assert_eq!((head.version, none.len()), (3, 0));
+        assert!(
+            parse_records::<Head, serde_json::Value>(&text.replace("A = 1", "A = 1.5")).is_none()
+        );
+        // A record its type refuses makes the whole read `None`.
+        #[derive(serde::Deserialize)]
+        #[serde(deny_unknown_fields)]
+        #[allow(dead_code)]
+        struct Kernel {
+            kernel: String,
+        }
+        assert!(parse_records::<Head, Kernel>(text).is_none());
+        let plain = "version = 3\n[[artifact]]\nkernel = \"a\"\n[[artifact]]\nkernel = \"b\"\n";
+        let (_, kernels): (Head, Vec<Kernel>) = parse_records(plain).unwrap();
+        assert_eq!(kernels.len(), 2);
+    }
+
+    #[test]
+    fn a_key_is_split_at_its_first_equals_sign() {
+        for (line, ok) in [
+            ("a = 1", true),
+            ("a=1", false),
+            ("a =1", false),
+            ("a  = 1", false),
+            ("a = = 1", false),
+            ("a=b = 1", false),
+            ("a = \"x = y\"", true),
+        ] {
+            let text = format!("version = 3\n[[artifact]]\n{line}\n");
+            assert_eq!(to_json(&text, &mut None).is_some(), ok, "{line}");
+        }
     }
 
     #[test]

@@ -27,7 +27,9 @@ pub mod checked;
 pub mod entry;
 pub mod fsutil;
 pub mod limits;
+pub mod listing;
 pub mod lock_canonical;
+mod lock_records;
 mod lockbisect;
 pub mod lockfile;
 pub mod lockindex;
@@ -37,8 +39,6 @@ pub mod sidecar;
 #[cfg(test)]
 pub(crate) mod testlock;
 
-use std::collections::HashSet;
-use std::ffi::{OsStr, OsString};
 use std::fs::{File, TryLockError};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
@@ -53,6 +53,7 @@ pub use checked::{Checked, EntryState};
 pub use entry::{ActionEntry, ENTRY_FORMAT, is_other_format};
 pub use limits::MAX_BLOB_BYTES;
 use limits::decompress_bounded;
+pub use listing::BlobListing;
 
 /// The layout's folder name. Bump (to `v2`) when the layout or the entry format changes
 /// incompatibly; old folders are then simply ignored.
@@ -273,36 +274,22 @@ impl Store {
             && (self.raw_blob_path(digest).is_file() || self.zst_blob_path(digest).is_file())
     }
 
+    /// Lists every blob folder once ([`BlobListing`]), to ask about thousands of blobs.
+    pub fn list_blobs(&self) -> BlobListing {
+        BlobListing::read(&self.dir.join("blobs"))
+    }
+
     /// Which of `digests` are stored: a stat each for a few, one listing of the blob
-    /// folders for thousands (a few hundred directory reads instead of a stat each).
+    /// folders for thousands.
     pub fn have_blobs(&self, digests: &[&str]) -> Vec<bool> {
         const LIST_PAST: usize = 2048;
         if digests.len() <= LIST_PAST {
             return digests.iter().map(|d| self.has_blob(d)).collect();
         }
-        // Each shard folder a digest falls in, listed once.
-        let mut shards: std::collections::HashMap<&str, Option<HashSet<OsString>>> =
-            std::collections::HashMap::new();
+        let listing = self.list_blobs();
         digests
             .iter()
-            .map(|d| {
-                if !is_sha256_hex(d) {
-                    return false;
-                }
-                let names = shards.entry(&d[..2]).or_insert_with_key(|shard| {
-                    let dir = self.dir.join("blobs").join(shard);
-                    let names = std::fs::read_dir(dir).ok()?;
-                    Some(names.flatten().map(|e| e.file_name()).collect())
-                });
-                match names {
-                    Some(names) => {
-                        names.contains(OsStr::new(d))
-                            || names.contains(OsStr::new(&format!("{d}.zst")))
-                    }
-                    // A folder that cannot be listed: ask the file itself.
-                    None => self.has_blob(d),
-                }
-            })
+            .map(|d| listing.has(d, |d| self.has_blob(d)))
             .collect()
     }
 

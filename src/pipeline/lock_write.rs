@@ -2,6 +2,8 @@
 //! every record checked against its action entry, and a failure for any artifact the
 //! build made that cannot be recorded.
 
+use std::borrow::Cow;
+
 use crate::error::{Error, Result};
 use crate::pipeline::plan::Planned;
 use crate::pipeline::reporter::BuildReporter;
@@ -33,7 +35,7 @@ fn locked_artifact(project: &Project, p: &Planned, entry: &ActionEntry) -> Locke
 /// `mismatches`. Every artifact of `built` (what this build compiled or took from a
 /// store) must be recorded: one that cannot be (its action entry unreadable, its blob
 /// gone) fails the build before the lock is written, naming the artifact and why.
-/// Returns the lock, whether the file changed, and how many of its records were kept
+/// Returns how many artifacts the lock lists, whether the file changed, and how many of its records were kept
 /// with an action entry in the store found to agree.
 #[allow(clippy::too_many_arguments)]
 pub(super) fn write_lock(
@@ -45,7 +47,7 @@ pub(super) fn write_lock(
     old: &Lockfile,
     mismatches: &mut Vec<crate::workspace::DigestMismatch>,
     reporter: &dyn BuildReporter,
-) -> Result<(Lockfile, bool, usize)> {
+) -> Result<(usize, bool, usize)> {
     // A record of a lock in the current format with the same key and identity is kept
     // as it is (the lock is the trust root), once its entry, if any, agrees.
     // Configs that differ only in launch-only params share a key: several records each.
@@ -56,7 +58,9 @@ pub(super) fn write_lock(
         }
     }
     let mut checked = ws.store.checked();
-    let mut artifacts = Vec::new();
+    // Records kept from the old lock are borrowed: a lock that does not change is never
+    // copied (at 100,000 artifacts, a copy is over a hundred megabytes).
+    let mut artifacts: Vec<Cow<'_, LockedArtifact>> = Vec::new();
     let mut unrecorded = Vec::new();
     let mut agreed = 0;
     for p in planned {
@@ -79,7 +83,7 @@ pub(super) fn write_lock(
                 .is_some_and(|state| checked.agrees(&binding, state))
             {
                 agreed += 1;
-                artifacts.push((*kept).clone());
+                artifacts.push(Cow::Borrowed(*kept));
                 continue;
             }
             let local = ws.stored_entry_with_state(&p.key, reporter);
@@ -109,23 +113,23 @@ pub(super) fn write_lock(
                     entry_from: from,
                 });
             }
-            artifacts.push((*kept).clone());
+            artifacts.push(Cow::Borrowed(*kept));
             continue;
         }
         let why = match ws.recorded_entry(&p.key) {
             Ok(entry) => {
-                artifacts.push(locked_artifact(&ws.project, p, &entry));
+                artifacts.push(Cow::Owned(locked_artifact(&ws.project, p, &entry)));
                 continue;
             }
             Err(why) => why,
         };
         if let Some(entry) = from_remote.get(&p.key) {
-            artifacts.push(locked_artifact(&ws.project, p, entry));
+            artifacts.push(Cow::Owned(locked_artifact(&ws.project, p, entry)));
         } else if let Some(kept) = old
             .find(kernel, &p.config, &p.target.to_string(), p.kind)
             .filter(|a| a.key == p.key)
         {
-            artifacts.push(kept.clone());
+            artifacts.push(Cow::Borrowed(kept));
         } else if built.contains(p.key.as_str()) {
             unrecorded.push(format!("  {}: {why}", p.describe(&ws.project)));
         }
@@ -155,9 +159,9 @@ pub(super) fn write_lock(
         old.artifacts
             .iter()
             .filter(|a| broken.contains(a.kernel.as_str()))
-            .cloned(),
+            .map(Cow::Borrowed),
     );
-    let kernels = ws
+    let kernels: Vec<LockedKernel> = ws
         .project
         .kernels
         .iter()
@@ -184,17 +188,37 @@ pub(super) fn write_lock(
         )
         .collect();
     checked.save();
-    let lock = Lockfile::new(artifacts)
-        .with_kernels(kernels)
-        .with_pruned(pruned);
+    sort_records(&mut artifacts);
+    let pruned = Lockfile::default().with_pruned(pruned);
+    let kernels = Lockfile::default().with_kernels(kernels).kernels;
     crate::failpoint::hit("lock.write", "");
-    // The same records as the lock read: nothing to serialize and compare byte by byte.
-    let changed = lock != *old && lock.write(&lock_path(&ws.project.root))?;
+    // The same records as the lock read: nothing to copy, serialize and compare byte by
+    // byte.
+    let same = old.version == pruned.version
+        && old.kernels == kernels
+        && old.pruned == pruned.pruned
+        && old.artifacts.len() == artifacts.len()
+        && old.artifacts.iter().zip(&artifacts).all(|(o, a)| *o == **a);
+    let listed = artifacts.len();
+    let changed = !same && {
+        let lock = Lockfile {
+            artifacts: artifacts.into_iter().map(Cow::into_owned).collect(),
+            kernels,
+            ..pruned
+        };
+        lock.write(&lock_path(&ws.project.root))?
+    };
     if planned_listed < planned.len() {
         reporter.note(&format!(
             "kart.lock lists {planned_listed} of the project's {} artifacts; run `kart build` for the rest",
             planned.len()
         ));
     }
-    Ok((lock, changed, agreed))
+    Ok((listed, changed, agreed))
+}
+
+/// Sorts records as [`Lockfile::new`] does: by identity, each identity once.
+fn sort_records(artifacts: &mut Vec<Cow<'_, LockedArtifact>>) {
+    artifacts.sort_by(|a, b| a.id().cmp(&b.id()));
+    artifacts.dedup_by(|a, b| a.id() == b.id());
 }

@@ -18,6 +18,7 @@ use crate::workspace::Workspace;
 /// action entry of its key (where the store or a trusted remote has one).
 pub(super) fn check_locked(
     ws: &Workspace,
+    toolchain: &crate::toolchain::Toolchain,
     selected: &[&Planned],
     whole: bool,
     remote: Option<&crate::remote::Remote>,
@@ -65,7 +66,11 @@ pub(super) fn check_locked(
                 let locked = record;
                 let group = changed.entry(kernel.as_str()).or_default();
                 group.0.push(p.describe(&ws.project));
-                for line in explain_change(ws, locked.key(), &p.preimage) {
+                let lines = match p.preimage(ws, toolchain) {
+                    Ok(preimage) => explain_change(ws, locked.key(), &preimage),
+                    Err(e) => vec![e.to_string()],
+                };
+                for line in lines {
                     if !group.1.contains(&line) {
                         group.1.push(line);
                     }

@@ -72,7 +72,7 @@ pub fn build(
     let mut selected = ws.select(&planned, &options.selection)?;
     toolchain.require_libraries(selected.iter().map(|p| &ws.project.kernels[p.kernel]))?;
     if options.locked {
-        let digests = check_locked(ws, &selected, whole, options.remote.as_deref())?;
+        let digests = check_locked(ws, &toolchain, &selected, whole, options.remote.as_deref())?;
         return Ok(BuildSummary {
             selected: selected.len(),
             digests_matched: digests.matched,
@@ -254,7 +254,7 @@ pub fn build(
     if options.shard.is_none() && failures.is_empty() {
         let built: std::collections::HashSet<&str> =
             selected.iter().map(|p| p.key.as_str()).collect();
-        let (lock, changed, agreed) = write_lock(
+        let (listed, changed, agreed) = write_lock(
             ws,
             planned,
             &built,
@@ -265,7 +265,7 @@ pub fn build(
             reporter,
         )?;
         summary.lock_changed = changed;
-        summary.lock_entries = (lock.artifacts.len(), planned.len());
+        summary.lock_entries = (listed, planned.len());
         // Settled: nothing compiled or fetched, every artifact in the store, and every
         // record unchanged and in agreement with its action entry.
         if let Some(probe) = &probe {
@@ -274,7 +274,7 @@ pub fn build(
                 && !changed
                 && mismatches.is_empty()
                 && agreed == planned.len()
-                && lock.artifacts.len() == planned.len()
+                && listed == planned.len()
             {
                 probe.record(
                     &crate::store::lockfile::lock_path(&ws.project.root),
@@ -673,7 +673,7 @@ fn store_output(
         nvcc_release: toolchain.release.clone(),
         host_compiler: host_compiler.to_string(),
         stderr: out.stderr,
-        preimage: p.preimage.clone(),
+        preimage: p.preimage(ws, toolchain).map_err(store_failure)?,
         compile_ms: Some(out.elapsed.as_millis().min(u128::from(u64::MAX)) as u64),
     };
     ws.store.put_entry(&entry).map_err(store_failure)?;

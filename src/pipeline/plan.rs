@@ -2,6 +2,7 @@
 //! command selects.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 
 use crate::digest::Preimage;
 use crate::error::{Error, Result};
@@ -38,15 +39,43 @@ pub struct Planned {
     pub target: TargetArch,
     /// cubin or PTX.
     pub kind: ArtifactKind,
-    /// Every input.
-    pub preimage: Preimage,
-    /// Its digest.
+    /// The kernel's input files with their sha256, shared by its artifacts: with the
+    /// rest of the plan, what [`Planned::preimage`] computes the inputs again from.
+    pub files: Arc<BTreeMap<String, String>>,
+    /// The digest of its inputs. The inputs themselves (a few kilobytes) are not kept:
+    /// a plan of 100,000 artifacts would hold hundreds of megabytes of them.
     pub key: String,
     /// The config's derived params.
     pub derived: BTreeMap<String, i64>,
 }
 
 impl Planned {
+    /// Every input of the artifact, computed again (what its key is the digest of); an
+    /// error if they no longer give its key.
+    pub fn preimage(&self, ws: &Workspace, toolchain: &Toolchain) -> Result<Preimage> {
+        let project = &ws.project;
+        let kernel = &project.kernels[self.kernel];
+        let preimage = action_preimage(
+            &project.root,
+            toolchain,
+            kernel,
+            &self.config,
+            self.target,
+            self.kind,
+            &self.files,
+        )?;
+        if action_key(&preimage) != self.key {
+            return Err(Error::CheckFailed {
+                message: format!(
+                    "the inputs of {} changed while kart ran (its key is not the one planned)",
+                    self.describe(project)
+                ),
+                hint: Some("run the command again once the sources stop changing".into()),
+            });
+        }
+        Ok(preimage)
+    }
+
     pub(crate) fn describe(&self, project: &Project) -> String {
         describe(
             &project.kernels[self.kernel].name,
@@ -87,8 +116,8 @@ impl Workspace {
                     ));
                 }
             }
-            let files = kernel_input_files(&project.root, kernel)?;
-            let mut configs = kernel.configs()?;
+            let files = Arc::new(kernel_input_files(&project.root, kernel)?);
+            let mut configs: Vec<&Config> = kernel.configs()?.iter().collect();
             configs.sort();
             for config in configs {
                 for &target in &kernel.targets {
@@ -102,20 +131,20 @@ impl Workspace {
                             &project.root,
                             toolchain,
                             kernel,
-                            &config,
+                            config,
                             target,
                             kind,
                             &files,
                         )?;
                         let key = action_key(&preimage);
-                        let derived = kernel.derived_or_error(&config)?;
+                        let derived = kernel.derived_or_error(config)?;
                         planned.push(Planned {
                             derived,
                             kernel: index,
                             config: config.clone(),
                             target,
                             kind,
-                            preimage,
+                            files: Arc::clone(&files),
                             key,
                         });
                     }

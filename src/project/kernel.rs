@@ -167,9 +167,10 @@ impl Kernel {
     /// Rules and derived params are evaluated over the whole grid when the kernel is
     /// loaded (with the failing expression's line); one that fails here means a kernel
     /// built without that check, and is an error rather than an empty grid.
-    pub fn configs(&self) -> Result<Vec<Config>> {
+    /// Computed once and kept: every call after the first lends the same configs.
+    pub fn configs(&self) -> Result<&[Config]> {
         if let Some(kept) = self.kept.get() {
-            return Ok(kept.clone());
+            return Ok(kept);
         }
         let (_, configs) = self.grid_report().map_err(|e| {
             let what = match e.at {
@@ -178,7 +179,7 @@ impl Kernel {
             };
             self.unevaluable(&e.config, &what, &e.error)
         })?;
-        Ok(self.kept.get_or_init(|| configs).clone())
+        Ok(self.kept.get_or_init(|| configs))
     }
 
     /// The error of an expression of this kernel that cannot be evaluated on `config`.

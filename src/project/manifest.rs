@@ -742,7 +742,7 @@ mod tests {
     #[test]
     fn no_params_is_one_empty_config() {
         let k = kernel(&[], &[]);
-        assert_eq!(k.configs().unwrap(), vec![Config::default()]);
+        assert_eq!(k.configs().unwrap(), [Config::default()]);
         assert_eq!(k.configs().unwrap()[0].to_string(), "-");
     }
 

@@ -18,9 +18,10 @@ use std::time::Duration;
 
 use crate::model::ArtifactKind;
 use crate::pipeline::compile::{
-    CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, Local, Run, Runner, Tool,
-    check_dependencies, finish, frame, nvcc_args, parse_depfile, without_scratch,
+    CompileFailure, CompileJob, CompileOutput, INSTANCES_FILE, Local, Run, Runner, Tool, finish,
+    frame, nvcc_args, without_scratch,
 };
+use crate::pipeline::deps::{check_dependencies, parse_depfile};
 use crate::pipeline::phases;
 use crate::pipeline::process::run_with_timeout;
 use crate::project::entry::{find_symbols, plain_symbol, qualified_values, translation_unit};
@@ -198,7 +199,7 @@ pub fn compile_batch_on(
     }
     let mut read = parse_depfile(&std::fs::read_to_string(&deps).unwrap_or_default());
     read.retain(|d| *d != main);
-    if let Err(details) = check_dependencies(first, &read) {
+    if let Err(details) = check_dependencies(first.root, first.toolchain, first.kernel, &read) {
         // The same for every config of the batch: each reports it.
         return Ok(jobs
             .iter()

@@ -1,7 +1,7 @@
 //! One nvcc run: the command line, the timeout, the dependency check and the output
 //! check.
 
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 
@@ -11,6 +11,7 @@ use crate::cubin::{
 };
 use crate::model::ArtifactKind;
 use crate::model::Config;
+use crate::pipeline::deps::{check_dependencies, parse_depfile};
 use crate::pipeline::process::{ProcessOutcome, run_with_timeout};
 use crate::project::Kernel;
 use crate::project::entry::{TemplateEntry, find_symbols, plain_symbol, translation_unit};
@@ -375,7 +376,8 @@ pub fn compile_on(
     let dep_text = std::fs::read_to_string(&deps).unwrap_or_default();
     let mut read = parse_depfile(&dep_text);
     read.retain(|d| *d != main || instances.is_empty());
-    check_dependencies(job, &read).map_err(|details| full("undeclared include".into(), details))?;
+    check_dependencies(job.root, job.toolchain, job.kernel, &read)
+        .map_err(|details| full("undeclared include".into(), details))?;
     let full = |why: String| full(why, frame(&shown, &stderr));
     let bytes = std::fs::read(&out).map_err(|e| {
         full(format!(
@@ -598,37 +600,6 @@ pub(crate) fn without_scratch(text: &str, scratch: &Path) -> String {
         .replace(&folder, ".")
 }
 
-/// The prerequisites listed in a make-style dependency file.
-pub fn parse_depfile(text: &str) -> Vec<PathBuf> {
-    let joined = text.replace("\\\r\n", " ").replace("\\\n", " ");
-    let mut deps = Vec::new();
-    for rule in joined.lines() {
-        let Some((_, prereqs)) = rule.split_once(": ") else {
-            continue;
-        };
-        let mut current = String::new();
-        let mut chars = prereqs.chars().peekable();
-        while let Some(c) = chars.next() {
-            match c {
-                '\\' if chars.peek() == Some(&' ') => {
-                    current.push(' ');
-                    chars.next();
-                }
-                c if c.is_whitespace() => {
-                    if !current.is_empty() {
-                        deps.push(PathBuf::from(std::mem::take(&mut current)));
-                    }
-                }
-                c => current.push(c),
-            }
-        }
-        if !current.is_empty() {
-            deps.push(PathBuf::from(current));
-        }
-    }
-    deps
-}
-
 /// nvcc's warnings in its stored output: without `--resource-usage`'s `ptxas info`
 /// lines and their indented continuations, which the lock already carries as numbers.
 pub fn warnings(stderr: &str) -> Vec<&str> {
@@ -636,163 +607,4 @@ pub fn warnings(stderr: &str) -> Vec<&str> {
         .lines()
         .filter(|l| !l.starts_with("ptxas info") && !l.starts_with("    ") && !l.trim().is_empty())
         .collect()
-}
-
-/// Every file nvcc read must be an input of the key (one of the kernel's `sources`, a
-/// file of a declared include folder or listed header library), part of the toolkit, or
-/// a system header: otherwise a change to it
-/// would not change the key and kart would serve a stale binary.
-pub(crate) fn check_dependencies(job: &CompileJob<'_>, deps: &[PathBuf]) -> Result<(), String> {
-    let toolkit = std::fs::canonicalize(&job.toolchain.root).unwrap_or(job.toolchain.root.clone());
-    let mut problems = Vec::new();
-    // The files of the include folders that are inputs of the key.
-    let mut included = Vec::new();
-    for dir in &job.kernel.include {
-        match crate::pipeline::key::include_inputs(job.root, dir) {
-            Ok(files) => included.extend(files),
-            Err(e) => problems.push(e.to_string()),
-        }
-    }
-    for dep in deps {
-        let abs = job.root.join(dep);
-        let abs = std::fs::canonicalize(&abs).unwrap_or(abs);
-        if abs.starts_with(&toolkit) || abs.starts_with(&job.toolchain.root) {
-            continue;
-        }
-        // A header library installed in kart's home lies outside the project.
-        let outside_library = job.toolchain.libraries.iter().find(|(_, pin)| {
-            pin.include.is_absolute() && {
-                let dir = std::fs::canonicalize(&pin.include).unwrap_or(pin.include.clone());
-                abs.starts_with(&dir) || abs.starts_with(&pin.include)
-            }
-        });
-        if let Some((name, _)) = outside_library {
-            if !job.kernel.libraries.contains(name) {
-                problems.push(format!(
-                    "`{}` is from the header library `{name}`, which the kernel does not list: add `libraries = [\"{name}\"]` to `{}`",
-                    abs.display(),
-                    job.kernel.manifest.display()
-                ));
-            }
-            continue;
-        }
-        if let Ok(rel) = abs.strip_prefix(job.root) {
-            let declared = job.kernel.sources.iter().any(|s| s == rel)
-                || included.iter().any(|f| f == rel)
-                || job.kernel.libraries.iter().any(|l| {
-                    job.toolchain
-                        .libraries
-                        .get(l)
-                        .is_some_and(|pin| rel.starts_with(&pin.include))
-                });
-            let other_library = job
-                .toolchain
-                .libraries
-                .iter()
-                .find(|(_, pin)| rel.starts_with(&pin.include));
-            if let (false, Some((name, _))) = (declared, other_library) {
-                problems.push(format!(
-                    "`{}` is from the header library `{name}`, which the kernel does not list: add `libraries = [\"{name}\"]` to `{}`",
-                    rel.display(),
-                    job.kernel.manifest.display()
-                ));
-                continue;
-            }
-            if !declared && rel.starts_with(&job.kernel.dir) {
-                let name = relative_path(&job.kernel.dir, rel);
-                problems.push(format!(
-                    "`{}` is read by the compile but is not one of the kernel's `sources`: add it to `sources` in `{}` (sources = [..., \"{}\"])",
-                    rel.display(),
-                    job.kernel.manifest.display(),
-                    name.display()
-                ));
-                continue;
-            }
-            let kernel_folder = job.kernel.include.iter().find(|d| {
-                rel.starts_with(d) && job.root.join(d).join(crate::project::KERNEL_FILE).is_file()
-            });
-            if let (false, Some(folder)) = (declared, kernel_folder) {
-                problems.push(format!(
-                    "`{}` is read by the compile but is not one of the `sources` of `{}`, the kernel folder included by `{}`: of another kernel's folder only its `sources` are inputs; add the file to them, or move what both kernels share to a folder of headers and include that",
-                    rel.display(),
-                    folder.join(crate::project::KERNEL_FILE).display(),
-                    job.kernel.manifest.display()
-                ));
-                continue;
-            }
-            if !declared {
-                let folder = rel.parent().unwrap_or(Path::new(""));
-                problems.push(format!(
-                    "undeclared include `{}`: add its folder to `include` in `{}` (include = [\"{}\"])",
-                    rel.display(),
-                    job.kernel.manifest.display(),
-                    relative_path(&job.kernel.dir, folder).display()
-                ));
-            }
-        } else if !abs.starts_with("/usr/") {
-            problems.push(format!(
-                "undeclared include `{}`: it is outside the project, so it cannot be part of the key; \
-                 copy it into a folder of the project and add that folder to `include` in `{}`",
-                abs.display(),
-                job.kernel.manifest.display()
-            ));
-        }
-    }
-    if problems.is_empty() {
-        Ok(())
-    } else {
-        Err(problems.join("\n"))
-    }
-}
-
-/// The path from folder `from` to `to`, both relative to the same root.
-fn relative_path(from: &Path, to: &Path) -> PathBuf {
-    let from: Vec<Component> = from.components().collect();
-    let to: Vec<Component> = to.components().collect();
-    let common = from.iter().zip(&to).take_while(|(a, b)| a == b).count();
-    let mut p = PathBuf::new();
-    for _ in common..from.len() {
-        p.push("..");
-    }
-    for c in &to[common..] {
-        p.push(c);
-    }
-    if p.as_os_str().is_empty() {
-        p.push(".");
-    }
-    p
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn parses_depfiles() {
-        let text = "out.cubin : kernels/k/k.cu \\\n    /usr/include/stdio.h \\\n    kernels/my\\ dir/x.h\n";
-        assert_eq!(
-            parse_depfile(text),
-            vec![
-                PathBuf::from("kernels/k/k.cu"),
-                PathBuf::from("/usr/include/stdio.h"),
-                PathBuf::from("kernels/my dir/x.h")
-            ]
-        );
-    }
-
-    #[test]
-    fn relative_paths() {
-        assert_eq!(
-            relative_path(Path::new("kernels/k"), Path::new("kernels/common")),
-            PathBuf::from("../common")
-        );
-        assert_eq!(
-            relative_path(Path::new("kernels/k"), Path::new("kernels/k/inc")),
-            PathBuf::from("inc")
-        );
-        assert_eq!(
-            relative_path(Path::new("kernels/k"), Path::new("include")),
-            PathBuf::from("../../include")
-        );
-    }
 }

@@ -30,7 +30,7 @@ pub const KEY_FORMAT_VERSION: u32 = 2;
 /// file of a kernel: its `sources`, plus the files of its declared include folders
 /// ([`include_inputs`]). Other files of the kernel's folder (its check program,
 /// benchmark, results) are not inputs; a compile that reads one is refused
-/// (`compile::check_dependencies`). Sorted, without duplicates.
+/// (`deps::check_dependencies`). Sorted, without duplicates.
 pub fn kernel_input_files(root: &Path, kernel: &Kernel) -> Result<BTreeMap<String, String>> {
     let mut files = BTreeMap::new();
     let kernel_toml = kernel.dir.join(KERNEL_FILE);

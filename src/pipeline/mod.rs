@@ -4,6 +4,7 @@
 mod action_paths;
 pub mod batch;
 pub mod compile;
+pub mod deps;
 pub mod explain;
 mod infeasible;
 mod keep;

@@ -21,16 +21,25 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// of hundreds of shard folders that would each have to be listed.
 pub fn write_atomic_via(temp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
-    std::fs::create_dir_all(dir).at("create folder", dir)?;
-    std::fs::create_dir_all(temp_dir).at("create folder", temp_dir)?;
     // 0666 less the umask, as any tool's new file: tempfile's default 0600 would make
     // kart.lock or an exported module unreadable to the rest of a team or a container
     // build running as another user.
-    let mut tmp = tempfile::Builder::new()
-        .prefix(TEMP_PREFIX)
-        .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
-        .tempfile_in(temp_dir)
-        .at("create a temp file in", temp_dir)?;
+    let temp = || {
+        tempfile::Builder::new()
+            .prefix(TEMP_PREFIX)
+            .permissions(std::os::unix::fs::PermissionsExt::from_mode(0o666))
+            .tempfile_in(temp_dir)
+    };
+    // Folders are made when missing, not asked for on every write (a store writes
+    // thousands of files into a few hundred folders that exist).
+    let mut tmp = match temp() {
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            std::fs::create_dir_all(temp_dir).at("create folder", temp_dir)?;
+            temp()
+        }
+        made => made,
+    }
+    .at("create a temp file in", temp_dir)?;
     let name = path
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
@@ -39,9 +48,19 @@ pub fn write_atomic_via(temp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<()
     crate::failpoint::hit("write-atomic.after-write", &name);
     tmp.as_file().sync_all().at("sync", tmp.path())?;
     crate::failpoint::hit("write-atomic.before-rename", &name);
-    tmp.persist(path)
-        .map_err(|e| e.error)
-        .at("rename a temp file to", path)?;
+    let retry = match tmp.persist(path) {
+        Ok(_) => None,
+        Err(e) if e.error.kind() == std::io::ErrorKind::NotFound && !dir.is_dir() => {
+            std::fs::create_dir_all(dir).at("create folder", dir)?;
+            Some(e.file)
+        }
+        Err(e) => return Err(e.error).at("rename a temp file to", path),
+    };
+    if let Some(tmp) = retry {
+        tmp.persist(path)
+            .map_err(|e| e.error)
+            .at("rename a temp file to", path)?;
+    }
     crate::failpoint::hit("write-atomic.after-rename", &name);
     sync_dir(dir);
     Ok(())

@@ -220,8 +220,7 @@ pub fn compile_batch_on(
     let results = jobs
         .iter()
         .zip(&batch_instances)
-        .enumerate()
-        .map(|(i, (job, instances))| {
+        .map(|(job, instances)| {
             let fail = |summary: String, details: String| CompileFailure {
                 summary,
                 details,
@@ -245,8 +244,11 @@ pub fn compile_batch_on(
                 .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
             let own = crate::pipeline::ptx::split(&module, &entries)
                 .map_err(|why| fail(format!("the batch's PTX: {why}"), String::new()))?;
-            let ptx = scratch.join(format!("config-{i}.ptx"));
-            let cubin = scratch.join(format!("config-{i}.cubin"));
+            // Every config of the batch uses the same two files in turn (the configs
+            // run one after another): a file rewritten costs less than a new one, and
+            // the cubin does not depend on the names.
+            let ptx = scratch.join("config.ptx");
+            let cubin = scratch.join("config.cubin");
             std::fs::write(&ptx, own).map_err(|e| {
                 fail(
                     format!("cannot write `{}`: {e}", ptx.display()),

@@ -255,6 +255,8 @@ pub fn build(
     if options.shard.is_none() && failures.is_empty() {
         let built: std::collections::HashSet<&str> =
             selected.iter().map(|p| p.key.as_str()).collect();
+        // What the lock names reaches the disk before the lock does.
+        ws.store.sync_folders();
         let (listed, changed, agreed) = write_lock(
             ws,
             planned,

@@ -277,3 +277,32 @@ fn files_kart_writes_follow_the_umask() {
         }
     }
 }
+
+#[test]
+fn a_build_killed_before_its_folders_are_synced_leaves_what_the_next_build_takes_whole() {
+    let p = grid_project();
+    // Abort (as kill -9 would) with every blob and action entry renamed into place,
+    // their shard folders not synced yet and the lock not written.
+    let out = p.kart_env(
+        &["build"],
+        &[("KART_FAILPOINT", "write-atomic.before-folder-sync")],
+    );
+    assert!(!out.status.success(), "{}", text(&out));
+    assert!(
+        !p.root().join("kart.lock").exists(),
+        "the lock was written before the folders were synced: {}",
+        text(&out)
+    );
+    assert_eq!(p.compiles(), 6, "{}", text(&out));
+    p.clear_log();
+    let out = p.ok(&["build"]);
+    assert_eq!(
+        p.compiles(),
+        0,
+        "the killed build's blobs and entries were not all taken: {}",
+        text(&out)
+    );
+    assert_eq!(crate::harness::lock_digests(&p).len(), 6, "{}", text(&out));
+    assert!(temp_leftovers(&p.root().join("artifacts")).is_empty());
+    p.ok(&["verify"]);
+}

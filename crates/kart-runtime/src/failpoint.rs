@@ -11,7 +11,8 @@
 //! The points: `build.compile` (an nvcc run starts), `build.after-blob` (a blob is
 //! stored, its action entry not yet), `lock.write` (the lock is about to be written),
 //! `write-atomic.after-write` (temp file written, not synced), `write-atomic.before-rename`
-//! (synced, not renamed), `write-atomic.after-rename`, `fetch.download`, `fetch.store`,
+//! (synced, not renamed), `write-atomic.after-rename`, `write-atomic.before-folder-sync`
+//! (a build's blobs and entries renamed, their folders not synced yet), `fetch.download`, `fetch.store`,
 //! `gc.remove`, `attest-worker`, `install.before-rename` (a toolchain install's files
 //! are linked and synced, its folder not yet renamed into place).
 

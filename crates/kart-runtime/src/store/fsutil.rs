@@ -20,6 +20,71 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 /// write leaves its temp file in one small folder that every open sweeps, not in one
 /// of hundreds of shard folders that would each have to be listed.
 pub fn write_atomic_via(temp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<()> {
+    write_atomic_into(temp_dir, path, bytes, None)
+}
+
+/// Folders that gained files whose renames are not synced yet. The store's blob and
+/// entry writes note their shard folder here instead of syncing it at once; the
+/// build syncs each noted folder once, before it writes the lock that names those
+/// files ([`UnsyncedFolders::sync`]), and whatever is left is synced when the store is
+/// dropped.
+///
+/// Why that is enough: the sync of a folder only makes a rename survive a power loss
+/// (a killed process loses nothing the kernel holds). Each file's own bytes are still
+/// synced before its rename, so a name never points at bytes that are not on disk; a
+/// rename lost to a power loss before its folder's sync leaves the blob or entry
+/// absent, which every reader takes as a miss, as after `gc` (an entry whose blob is
+/// absent is not a hit). What the lock names is on disk before the lock is.
+#[derive(Debug, Default)]
+pub struct UnsyncedFolders(std::sync::Mutex<std::collections::BTreeSet<std::path::PathBuf>>);
+
+impl UnsyncedFolders {
+    fn note(&self, dir: &Path) {
+        if let Ok(mut dirs) = self.0.lock()
+            && !dirs.contains(dir)
+        {
+            dirs.insert(dir.to_path_buf());
+        }
+    }
+
+    /// Syncs every folder noted since the last call, once each.
+    pub fn sync(&self) {
+        let dirs = match self.0.lock() {
+            Ok(mut dirs) => std::mem::take(&mut *dirs),
+            Err(_) => return,
+        };
+        if !dirs.is_empty() {
+            crate::failpoint::hit("write-atomic.before-folder-sync", "");
+        }
+        for dir in dirs {
+            sync_dir(&dir);
+        }
+    }
+}
+
+impl Drop for UnsyncedFolders {
+    fn drop(&mut self) {
+        self.sync();
+    }
+}
+
+/// [`write_atomic_via`] that notes the destination folder in `unsynced` instead of
+/// syncing it (see [`UnsyncedFolders`]).
+pub fn write_atomic_deferred(
+    temp_dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    unsynced: &UnsyncedFolders,
+) -> Result<()> {
+    write_atomic_into(temp_dir, path, bytes, Some(unsynced))
+}
+
+fn write_atomic_into(
+    temp_dir: &Path,
+    path: &Path,
+    bytes: &[u8],
+    unsynced: Option<&UnsyncedFolders>,
+) -> Result<()> {
     let dir = path.parent().unwrap_or(Path::new("."));
     // 0666 less the umask, as any tool's new file: tempfile's default 0600 would make
     // kart.lock or an exported module unreadable to the rest of a team or a container
@@ -62,7 +127,10 @@ pub fn write_atomic_via(temp_dir: &Path, path: &Path, bytes: &[u8]) -> Result<()
             .at("rename a temp file to", path)?;
     }
     crate::failpoint::hit("write-atomic.after-rename", &name);
-    sync_dir(dir);
+    match unsynced {
+        Some(unsynced) => unsynced.note(dir),
+        None => sync_dir(dir),
+    }
     Ok(())
 }
 

@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 use crate::digest::{is_sha256_hex, sha256_hex};
 use crate::error::{Error, IoContext, Result};
 use crate::store::fsutil::{
-    read_bounded, sweep_temp_files, sweep_temp_files_except, write_atomic, write_atomic_via,
+    UnsyncedFolders, read_bounded, sweep_temp_files, sweep_temp_files_except, write_atomic,
+    write_atomic_deferred,
 };
 use crate::text::open_regular;
 pub use checked::{Checked, EntryState};
@@ -86,6 +87,8 @@ pub enum LockMode {
 pub struct Store {
     root: PathBuf,
     dir: PathBuf,
+    /// Dropped (and so synced) before the lock is released.
+    unsynced: UnsyncedFolders,
     _lock: File,
 }
 
@@ -178,6 +181,7 @@ impl Store {
         Ok(Store {
             root: root.to_path_buf(),
             dir,
+            unsynced: UnsyncedFolders::default(),
             _lock: lock,
         })
     }
@@ -414,9 +418,16 @@ impl Store {
         self.write_sharded(&path, &json)
     }
 
-    /// Writes a file of a shard folder (a blob, an entry) with its temp file in `tmp/`.
+    /// Writes a file of a shard folder (a blob, an entry) with its temp file in `tmp/`;
+    /// the folder is synced by [`Store::sync_folders`] (or when the store is dropped).
     fn write_sharded(&self, path: &Path, bytes: &[u8]) -> Result<()> {
-        write_atomic_via(&self.dir.join("tmp"), path, bytes)
+        write_atomic_deferred(&self.dir.join("tmp"), path, bytes, &self.unsynced)
+    }
+
+    /// Syncs each shard folder written since the last call, once: before a lock that
+    /// names new blobs and entries is written ([`fsutil::UnsyncedFolders`]).
+    pub fn sync_folders(&self) {
+        self.unsynced.sync();
     }
 
     /// Reads the action entry of `key`, if any. An unreadable entry is quarantined and

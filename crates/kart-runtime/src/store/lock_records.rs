@@ -375,7 +375,6 @@ fn integers(value: &str) -> Option<Vec<u32>> {
 
 #[cfg(test)]
 mod tests {
-    use super::*;
     use crate::store::lockfile::LockedArtifact;
 
     fn read(text: &str) -> Option<(u32, Vec<LockedArtifact>)> {

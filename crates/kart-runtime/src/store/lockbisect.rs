@@ -264,9 +264,12 @@ mod tests {
         (dir, index)
     }
 
+    /// A lookup: kernel and config.
+    type Asked = Vec<(String, Config)>;
+
     /// Each (kernel, config) of `lock`, then the same with a param changed, and one of
     /// a kernel it does not have.
-    fn asked(lock: &Lockfile) -> (Vec<(String, Config)>, Vec<(String, Config)>) {
+    fn asked(lock: &Lockfile) -> (Asked, Asked) {
         let mut present: Vec<(String, Config)> = lock
             .artifacts
             .iter()

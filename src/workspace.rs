@@ -65,7 +65,7 @@ impl Workspace {
         {
             crate::install::record_use(home, &folder, &self.project.root);
         }
-        let cache = self.store.toolchain_cache_dir();
+        let cache = crate::toolchain::stamp::CacheDirs::new(self.store.toolchain_cache_dir());
         let mut toolchain = Toolchain::load(&path, &cache)?;
         toolchain.check_release(self.project.nvcc_release.as_deref())?;
         crate::toolchain::library::check_components(&toolchain.root, &self.project.components)?;

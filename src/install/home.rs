@@ -39,6 +39,12 @@ impl Home {
         self.root.join("libraries")
     }
 
+    /// The stat caches of toolkit fingerprints and library hashes
+    /// ([`crate::toolchain::stamp`]): only a cache, removed by a gc.
+    pub(crate) fn fingerprints(&self) -> PathBuf {
+        self.root.join("fingerprints")
+    }
+
     /// Holds the home for an install or a gc: one at a time, waiting up to `timeout`.
     pub(crate) fn lock(&self, timeout: Duration) -> Result<std::fs::File> {
         std::fs::create_dir_all(&self.root).at("create", &self.root)?;

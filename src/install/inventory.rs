@@ -224,6 +224,9 @@ pub fn gc(home: &Home, policy: &GcPolicy) -> Result<GcOutcome> {
     // Earlier versions downloaded into `downloads/` and removed each wheel once
     // unpacked: what is left there is a killed install's.
     let _ = std::fs::remove_dir_all(home.root.join("downloads"));
+    // Fingerprints of removed installs would stay forever: the cache is rebuilt by the
+    // next build that needs it.
+    let _ = std::fs::remove_dir_all(home.fingerprints());
     let freed = shared::gc(&home.root, &wheels_kept(&decisions))?;
     Ok(GcOutcome { decisions, freed })
 }

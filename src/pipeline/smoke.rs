@@ -168,7 +168,8 @@ pub fn run_smoke(
     let toolchain = report.stage("toolchain", || {
         crate::toolchain::refuse_hostile_env()?;
         let path = crate::toolchain::find_nvcc(nvcc, project_root, installed_nvcc)?;
-        let tc = Toolchain::load(&path, &store.toolchain_cache_dir())?;
+        let cache = crate::toolchain::stamp::CacheDirs::new(store.toolchain_cache_dir());
+        let tc = Toolchain::load(&path, &cache)?;
         let detail = format!("nvcc {} at {}", tc.release, tc.nvcc.display());
         Ok((tc, detail))
     })?;

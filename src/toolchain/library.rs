@@ -4,17 +4,17 @@
 //!
 //! A library's content hash covers every file under its include folder. Hashing
 //! thousands of headers on every build would cost more than a no-op build, so the hash
-//! is cached with the size and mtime of every file and recomputed only when one changes.
+//! is cached with the stamp (size, mtime, ctime, inode) of every file, once per machine
+//! ([`super::stamp`]), and recomputed only when one changes or a file comes or goes.
 
 use std::path::{Path, PathBuf};
-use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
 use crate::digest::sha256_hex;
 use crate::error::{Error, Result};
 use crate::project::library::{LIBRARY_PREFIX, Library, LibrarySource, parse_pin};
-use crate::store::fsutil::write_atomic;
+use crate::toolchain::stamp::{CacheDirs, Stamp};
 use crate::tree::{collect_files, hash_tree};
 
 /// A library's pin as the build uses it: include folder and content hash.
@@ -68,15 +68,15 @@ pub fn check_components(toolkit_root: &Path, components: &[String]) -> Result<()
     Ok(())
 }
 
-/// The pin of `library`: its content hash (cached by file stamps in `cache_dir`),
-/// checked against the declared one.
+/// The pin of `library`: its content hash (cached by file stamps in `cache`), checked
+/// against the declared one.
 ///
 /// A pip library is looked for under the project's `.toolchain/lib/NAME`, then in
 /// kart's home (`kart toolchain install`).
 pub fn pin(
     root: &Path,
     library: &Library,
-    cache_dir: &Path,
+    cache: &CacheDirs,
     home: Option<&crate::install::Home>,
 ) -> Result<LibraryPin> {
     let mut dir = root.join(&library.include);
@@ -104,7 +104,7 @@ pub fn pin(
             hint,
         ));
     }
-    let sha256 = cached_tree_hash(&dir, cache_dir)?;
+    let sha256 = cached_tree_hash(&dir, cache)?;
     if let Some(declared) = &library.sha256
         && *declared != sha256
     {
@@ -140,72 +140,47 @@ pub fn pin(
     })
 }
 
-#[derive(Serialize, Deserialize, PartialEq, Eq)]
-struct FileStamp {
-    path: String,
-    size: u64,
-    mtime_ns: u128,
-}
-
 #[derive(Serialize, Deserialize)]
 struct CachedHash {
     version: u32,
-    stamps: Vec<FileStamp>,
+    stamps: Vec<Stamp>,
     sha256: String,
 }
 
-const CACHE_VERSION: u32 = 1;
+/// 2: stamps with ctime, inode and device; the cache in kart's home.
+const CACHE_VERSION: u32 = 2;
 
-/// The tree hash of `dir`, recomputed only when a file's size or mtime changed or a
-/// file came or went.
-fn cached_tree_hash(dir: &Path, cache_dir: &Path) -> Result<String> {
+/// The tree hash of `dir`, recomputed only when a file's stamp changed or a file came
+/// or went.
+fn cached_tree_hash(dir: &Path, cache: &CacheDirs) -> Result<String> {
     let mut files = Vec::new();
     collect_files(dir, dir, &mut files)?;
     files.sort();
-    let stamps: Vec<FileStamp> = files
+    let stamps: Vec<Stamp> = files
         .iter()
-        .map(|rel| {
-            let (size, mtime_ns) = std::fs::metadata(dir.join(rel)).map_or((u64::MAX, 0), |m| {
-                (
-                    m.len(),
-                    m.modified()
-                        .ok()
-                        .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                        .map_or(0, |d| d.as_nanos()),
-                )
-            });
-            FileStamp {
-                path: rel.clone(),
-                size,
-                mtime_ns,
-            }
-        })
+        .map(|rel| Stamp::of(&dir.join(rel), PathBuf::from(rel)))
         .collect();
     let abs = std::fs::canonicalize(dir).unwrap_or(dir.to_path_buf());
-    let cache_file = cache_dir.join(format!(
+    let cache_file = format!(
         "library-{}.json",
         &sha256_hex(abs.as_os_str().as_encoded_bytes())[..24]
-    ));
-    if let Ok(text) = kart_runtime::text::read_text(&cache_file, kart_runtime::text::Limit::CACHE)
-        && let Ok(cached) = serde_json::from_str::<CachedHash>(&text)
-        && cached.version == CACHE_VERSION
-        && cached.stamps == stamps
-    {
+    );
+    let hit = cache.read::<CachedHash>(&cache_file, |cached| {
+        cached.version == CACHE_VERSION
+            && cached.stamps == stamps
+            && crate::digest::is_sha256_hex(&cached.sha256)
+    });
+    if let Some(cached) = hit {
         return Ok(cached.sha256);
     }
     let sha256 = hash_tree(dir)?;
     let cached = CachedHash {
         version: CACHE_VERSION,
         stamps,
-        sha256: sha256.clone(),
+        sha256,
     };
-    // An optimisation: failing to write the cache must not fail the build.
-    if std::fs::create_dir_all(cache_dir).is_ok()
-        && let Ok(json) = serde_json::to_vec(&cached)
-    {
-        let _ = write_atomic(&cache_file, &json);
-    }
-    Ok(sha256)
+    cache.write(&cache_file, &cached, &cached.stamps);
+    Ok(cached.sha256)
 }
 
 #[cfg(test)]
@@ -232,13 +207,14 @@ mod tests {
     #[test]
     fn the_cached_hash_follows_edits() {
         let lib = tempfile::tempdir().unwrap();
-        let cache = tempfile::tempdir().unwrap();
+        let cache_dir = tempfile::tempdir().unwrap();
+        let cache = CacheDirs(vec![cache_dir.path().to_path_buf()]);
         std::fs::create_dir_all(lib.path().join("cute")).unwrap();
         std::fs::write(lib.path().join("cute/a.hpp"), "int a;").unwrap();
-        let first = cached_tree_hash(lib.path(), cache.path()).unwrap();
-        assert_eq!(first, cached_tree_hash(lib.path(), cache.path()).unwrap());
+        let first = cached_tree_hash(lib.path(), &cache).unwrap();
+        assert_eq!(first, cached_tree_hash(lib.path(), &cache).unwrap());
         std::fs::write(lib.path().join("cute/a.hpp"), "int a; int b;").unwrap();
-        let edited = cached_tree_hash(lib.path(), cache.path()).unwrap();
+        let edited = cached_tree_hash(lib.path(), &cache).unwrap();
         assert_ne!(first, edited);
         assert_eq!(edited, hash_tree(lib.path()).unwrap());
     }

@@ -1,27 +1,28 @@
 //! Finding nvcc, checking its release, and fingerprinting the toolkit files that shape
 //! device code.
 //!
-//! The fingerprint is part of every action key. Hashing a toolkit takes about a second,
-//! so it is cached per install, keyed by the size and mtime of each hashed file and of
-//! every folder under `include/` (a reinstalled header wheel replaces files, which
-//! changes its folders' mtimes). A cache hit runs no process at all: a no-op build
-//! must not pay for `nvcc --version`. [`library`] pins the header libraries a project
-//! names to their installed copies; [`headers`] names the component wheel of a missing
-//! toolkit header.
+//! The fingerprint is part of every action key. Hashing a toolkit takes a fifth of a
+//! second to a second, so it is cached once per machine in kart's home ([`stamp`]),
+//! keyed by the stamps (size, mtime, ctime, inode) of each hashed file and of every
+//! folder under `include/` (a reinstalled header wheel replaces files, which changes
+//! its folders' stamps). A cache hit runs no process at all: a no-op build must not pay
+//! for `nvcc --version`, nor a build into a fresh store for hashing the toolkit.
+//! [`library`] pins the header libraries a project names to their installed copies;
+//! [`headers`] names the component wheel of a missing toolkit header.
 
 pub mod headers;
 pub mod library;
+pub mod stamp;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::time::UNIX_EPOCH;
 
 use serde::{Deserialize, Serialize};
 
 use crate::digest::{Preimage, sha256_file, sha256_hex};
 use crate::error::{Error, IoContext, Result};
-use crate::store::fsutil::write_atomic;
 use crate::tree::hash_tree;
+use stamp::{CacheDirs, Stamp};
 
 /// The command that installs the pinned toolchain into the project.
 pub const SETUP_HINT: &str = "run `kart toolchain install`: it installs the nvcc kart.toml pins";
@@ -29,8 +30,9 @@ pub const SETUP_HINT: &str = "run `kart toolchain install`: it installs the nvcc
 /// Environment variables that change what nvcc does behind the key's back.
 pub const REFUSED_ENV: [&str; 3] = ["NVCC_PREPEND_FLAGS", "NVCC_APPEND_FLAGS", "NVCC_CCBIN"];
 
-/// Bump when the cache file's fields or meaning change.
-const FINGERPRINT_CACHE_VERSION: u32 = 1;
+/// Bump when the cache file's fields or meaning change. 2: stamps with ctime, inode
+/// and device; the cache in kart's home.
+const FINGERPRINT_CACHE_VERSION: u32 = 2;
 
 /// A found, fingerprinted nvcc.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -147,9 +149,9 @@ impl Toolchain {
         Ok(())
     }
 
-    /// Fingerprints the nvcc at `nvcc` (absolute), using `cache_dir` to skip the work
-    /// when nothing changed since last time.
-    pub fn load(nvcc: &Path, cache_dir: &Path) -> Result<Toolchain> {
+    /// Fingerprints the nvcc at `nvcc` (absolute), using `cache` to skip the work when
+    /// nothing changed since last time.
+    pub fn load(nvcc: &Path, cache: &CacheDirs) -> Result<Toolchain> {
         let root = nvcc
             .parent()
             .and_then(Path::parent)
@@ -162,17 +164,18 @@ impl Toolchain {
             .to_path_buf();
         let parts = components(&root, nvcc);
         let stamps = stamps(&parts, &root.join("include"));
-        let cache_file = cache_dir.join(format!(
+        let cache_file = format!(
             "{}.json",
             &sha256_hex(nvcc.as_os_str().as_encoded_bytes())[..24]
-        ));
-        if let Ok(text) =
-            kart_runtime::text::read_text(&cache_file, kart_runtime::text::Limit::CACHE)
-            && let Ok(cached) = serde_json::from_str::<CachedToolchain>(&text)
-            && cached.version == FINGERPRINT_CACHE_VERSION
-            && cached.stamps == stamps
-            && cached.toolchain.nvcc == nvcc
-        {
+        );
+        let hit = cache.read::<CachedToolchain>(&cache_file, |cached| {
+            cached.version == FINGERPRINT_CACHE_VERSION
+                && cached.stamps == stamps
+                && cached.toolchain.nvcc == nvcc
+                && cached.toolchain.root == root
+                && cached.toolchain.is_consistent()
+        });
+        if let Some(cached) = hit {
             return Ok(cached.toolchain);
         }
 
@@ -200,15 +203,13 @@ impl Toolchain {
             components.push(name.clone(), hash);
         }
         components.push("include/", hash_tree(&root.join("include"))?);
-        let mut fp = Preimage::default();
-        fp.push("nvcc --version", version_text.clone());
-        fp.0.extend(components.0.iter().cloned());
+        let fingerprint = fingerprint_of(&version_text, &components);
         let toolchain = Toolchain {
             nvcc: nvcc.to_path_buf(),
             root,
             version_text,
             release,
-            fingerprint: fp.digest("kart-toolchain-fingerprint-v1"),
+            fingerprint,
             components,
             gpu_codes,
             packages: Vec::new(),
@@ -218,15 +219,18 @@ impl Toolchain {
         let cached = CachedToolchain {
             version: FINGERPRINT_CACHE_VERSION,
             stamps,
-            toolchain: toolchain.clone(),
+            toolchain,
         };
-        // The cache is an optimisation: failing to write it must not fail the build.
-        if std::fs::create_dir_all(cache_dir).is_ok()
-            && let Ok(json) = serde_json::to_vec_pretty(&cached)
-        {
-            let _ = write_atomic(&cache_file, &json);
-        }
-        Ok(toolchain)
+        cache.write(&cache_file, &cached, &cached.stamps);
+        Ok(cached.toolchain)
+    }
+
+    /// Whether a toolchain read back from a cache file agrees with itself: its
+    /// fingerprint is the digest of its version text and components, its release the
+    /// one of its version text. A file cut short or edited by hand is passed over.
+    fn is_consistent(&self) -> bool {
+        self.fingerprint == fingerprint_of(&self.version_text, &self.components)
+            && parse_release(&self.version_text).as_deref() == Some(self.release.as_str())
     }
 
     /// Refuses a release other than `required` (`13.0` matches `13.0.88`).
@@ -288,36 +292,19 @@ fn components(root: &Path, nvcc: &Path) -> Vec<(String, PathBuf)> {
     parts
 }
 
-#[derive(Serialize, Deserialize, PartialEq, Eq, Debug)]
-struct Stamp {
-    path: PathBuf,
-    size: u64,
-    mtime_ns: u128,
-}
-
-fn stamp(path: &Path) -> Stamp {
-    let (size, mtime_ns) = match std::fs::metadata(path) {
-        Ok(m) => (
-            m.len(),
-            m.modified()
-                .ok()
-                .and_then(|t| t.duration_since(UNIX_EPOCH).ok())
-                .map_or(0, |d| d.as_nanos()),
-        ),
-        Err(_) => (u64::MAX, 0),
-    };
-    Stamp {
-        path: path.to_path_buf(),
-        size,
-        mtime_ns,
-    }
+/// sha256 over the version text and every component's hash.
+fn fingerprint_of(version_text: &str, components: &Preimage) -> String {
+    let mut fp = Preimage::default();
+    fp.push("nvcc --version", version_text.to_string());
+    fp.0.extend(components.0.iter().cloned());
+    fp.digest("kart-toolchain-fingerprint-v1")
 }
 
 fn stamps(parts: &[(String, PathBuf)], include: &Path) -> Vec<Stamp> {
-    let mut out: Vec<Stamp> = parts.iter().map(|(_, p)| stamp(p)).collect();
+    let mut out: Vec<Stamp> = parts.iter().map(|(_, p)| Stamp::of(p, p.clone())).collect();
     let mut dirs = vec![include.to_path_buf()];
     while let Some(dir) = dirs.pop() {
-        out.push(stamp(&dir));
+        out.push(Stamp::of(&dir, dir.clone()));
         if let Ok(entries) = std::fs::read_dir(&dir) {
             let mut sub: Vec<PathBuf> = entries
                 .filter_map(|e| e.ok())
@@ -368,6 +355,100 @@ pub fn parse_release(version_text: &str) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A toolkit of links to the pinned one's files, but for its own `nvvm/libdevice`
+    /// folder: a file of it can be replaced without touching the real install.
+    fn linked_toolkit(dir: &Path) -> (PathBuf, PathBuf) {
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR"));
+        let nvcc = std::fs::canonicalize(kart_testkit::pinned_nvcc(repo)).unwrap();
+        let real = nvcc.parent().unwrap().parent().unwrap();
+        for rel in ["bin/nvcc", "bin/nvcc.profile", "bin/cudafe++", "bin/ptxas"] {
+            std::fs::create_dir_all(dir.join("bin")).unwrap();
+            std::os::unix::fs::symlink(real.join(rel), dir.join(rel)).unwrap();
+        }
+        std::fs::create_dir_all(dir.join("nvvm/bin")).unwrap();
+        std::fs::create_dir_all(dir.join("nvvm/libdevice")).unwrap();
+        for rel in ["nvvm/bin/cicc", "nvvm/libdevice/libdevice.10.bc"] {
+            std::os::unix::fs::symlink(real.join(rel), dir.join(rel)).unwrap();
+        }
+        std::os::unix::fs::symlink(real.join("include"), dir.join("include")).unwrap();
+        (
+            dir.join("bin/nvcc"),
+            real.join("nvvm/libdevice/libdevice.10.bc"),
+        )
+    }
+
+    fn cache_file(dir: &Path) -> PathBuf {
+        let files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        assert_eq!(files.len(), 1, "{files:?}");
+        files[0].clone()
+    }
+
+    #[test]
+    fn the_cached_fingerprint_follows_a_replaced_file_and_ignores_a_bad_cache() {
+        let tmp = tempfile::tempdir().unwrap();
+        let (nvcc, real_libdevice) = linked_toolkit(&tmp.path().join("toolkit"));
+        let cache_dir = tmp.path().join("cache");
+        let cache = CacheDirs(vec![cache_dir.clone()]);
+        let first = Toolchain::load(&nvcc, &cache).unwrap();
+        assert!(first.gpu_codes.iter().any(|c| c == "sm_90"), "{first:?}");
+        let file = cache_file(&cache_dir);
+        let recorded = std::fs::read_to_string(&file).unwrap();
+
+        // While the stamps match, the recorded answer is the answer (no nvcc runs).
+        let mut doctored: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+        doctored["toolchain"]["gpu_codes"] = serde_json::json!(["sm_recorded"]);
+        std::fs::write(&file, doctored.to_string()).unwrap();
+        let hit = Toolchain::load(&nvcc, &cache).unwrap();
+        assert_eq!(hit.gpu_codes, ["sm_recorded"]);
+        assert_eq!(hit.fingerprint, first.fingerprint);
+
+        // A file replaced by one of the same size and mtime (`rsync -t`, `cp -p`): only
+        // its inode and ctime tell, and the fingerprint is computed again.
+        let libdevice = nvcc
+            .parent()
+            .unwrap()
+            .parent()
+            .unwrap()
+            .join("nvvm/libdevice/libdevice.10.bc");
+        let mut bytes = std::fs::read(&real_libdevice).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0xff;
+        let staged = libdevice.with_extension("new");
+        std::fs::write(&staged, &bytes).unwrap();
+        let mtime = std::fs::metadata(&real_libdevice)
+            .unwrap()
+            .modified()
+            .unwrap();
+        std::fs::File::options()
+            .write(true)
+            .open(&staged)
+            .unwrap()
+            .set_modified(mtime)
+            .unwrap();
+        std::fs::rename(&staged, &libdevice).unwrap();
+        let replaced = Toolchain::load(&nvcc, &cache).unwrap();
+        assert_ne!(replaced.fingerprint, first.fingerprint);
+        assert_eq!(replaced.gpu_codes, first.gpu_codes);
+
+        // Back to the first files: a cache file cut short, or one whose fingerprint is
+        // not the digest of its own parts, is passed over, never used.
+        std::fs::remove_file(&libdevice).unwrap();
+        std::os::unix::fs::symlink(&real_libdevice, &libdevice).unwrap();
+        std::fs::write(&file, &recorded[..recorded.len() / 2]).unwrap();
+        let again = Toolchain::load(&nvcc, &cache).unwrap();
+        assert_eq!(again.fingerprint, first.fingerprint);
+        let mut forged: serde_json::Value = serde_json::from_str(&recorded).unwrap();
+        forged["toolchain"]["fingerprint"] = serde_json::json!("0".repeat(64));
+        forged["toolchain"]["gpu_codes"] = serde_json::json!(["sm_forged"]);
+        std::fs::write(&file, forged.to_string()).unwrap();
+        let again = Toolchain::load(&nvcc, &cache).unwrap();
+        assert_eq!(again.fingerprint, first.fingerprint);
+        assert_eq!(again.gpu_codes, first.gpu_codes);
+    }
 
     #[test]
     fn reads_release() {

@@ -3,7 +3,8 @@
 //! every config; `ptxas` is a small part. A batch writes one unit instantiating every
 //! config's template entries, runs nvcc once to PTX, cuts each config's module out of
 //! it ([`super::ptx::split`]) and runs `ptxas` per config with the arguments nvcc
-//! itself would pass (read from `nvcc --dryrun`). Each config's cubin is then the one a
+//! itself would pass (read from `nvcc --dryrun`, asked once per kernel, target and
+//! command line in a process: `DRYRUNS`). Each config's cubin is then the one a
 //! compile of that config alone makes, byte for byte: the bytes do not depend on which
 //! configs shared the pass (checked by a test and by `kart verify --rebuild`, which
 //! compiles configs alone).
@@ -249,7 +250,7 @@ pub fn compile_batch_on(
             // the cubin does not depend on the names.
             let ptx = scratch.join("config.ptx");
             let cubin = scratch.join("config.cubin");
-            std::fs::write(&ptx, own).map_err(|e| {
+            overwrite(&ptx, own.as_bytes()).map_err(|e| {
                 fail(
                     format!("cannot write `{}`: {e}", ptx.display()),
                     String::new(),
@@ -326,14 +327,58 @@ pub fn compile_batch_on(
     Ok(results)
 }
 
+/// Writes `bytes` over the file at `path` (made if missing) without first cutting it to
+/// nothing: ext4 takes a file truncated to zero and written again for a replaced file
+/// and writes its blocks to disk when it is closed, a disk write per config for a file
+/// that is only scratch. Cut to the new length after the write instead.
+fn overwrite(path: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
+    file.write_all(bytes)?;
+    file.set_len(bytes.len() as u64)
+}
+
 /// ptxas as nvcc runs it for a compile of `job` alone: the program and its arguments
 /// but the input and output.
+#[derive(Clone)]
 struct Ptxas {
     program: PathBuf,
     args: Vec<String>,
 }
 
-/// Asks nvcc (`--dryrun`, which runs nothing) how it would call ptxas for `job`.
+/// The answers of `nvcc --dryrun` this process has had, by [`dryrun_key`]. Every batch
+/// of one kernel and target with the same flags and macros asks the same question but
+/// for the scratch folder's name, and nvcc's answer depends on nothing else: it runs
+/// nothing and reads no source (its arguments, the toolkit and the folder it runs in
+/// are the key). A build of 100 batches of one kernel then runs one `--dryrun` per
+/// target instead of 100.
+static DRYRUNS: std::sync::Mutex<Option<std::collections::HashMap<String, Ptxas>>> =
+    std::sync::Mutex::new(None);
+
+/// What nvcc's `--dryrun` answer for `args` in `root` is a function of: the toolkit (its
+/// fingerprint covers nvcc, ptxas and nvcc.profile), nvcc's path, the folder it runs in,
+/// and the arguments with the scratch folder's path replaced by a placeholder.
+fn dryrun_key(job: &CompileJob<'_>, args: &[String], scratch: &Path) -> String {
+    let folder = scratch.display().to_string();
+    let mut key = format!(
+        "{}\0{}\0{}",
+        job.toolchain.fingerprint,
+        job.toolchain.nvcc.display(),
+        job.root.display()
+    );
+    for arg in args {
+        key.push('\0');
+        key.push_str(&arg.replace(&folder, "\u{1}scratch"));
+    }
+    key
+}
+
+/// Asks nvcc (`--dryrun`, which runs nothing) how it would call ptxas for `job`, or
+/// takes the answer it gave this process for the same question ([`DRYRUNS`]).
 fn ptxas_command(job: &CompileJob<'_>, main: &Path, scratch: &Path) -> Option<Ptxas> {
     let mut args = nvcc_args(
         job,
@@ -343,10 +388,29 @@ fn ptxas_command(job: &CompileJob<'_>, main: &Path, scratch: &Path) -> Option<Pt
     )
     .ok()?;
     args.push("--dryrun".into());
+    let key = dryrun_key(job, &args, scratch);
+    if let Ok(known) = DRYRUNS.lock()
+        && let Some(ptxas) = known.as_ref().and_then(|k| k.get(&key))
+    {
+        return Some(ptxas.clone());
+    }
     let mut cmd = Command::new(&job.toolchain.nvcc);
     cmd.args(&args).current_dir(job.root);
     let outcome = run_with_timeout(&mut cmd, Duration::from_secs(60)).ok()?;
     let text = outcome.stderr + &outcome.stdout;
+    let ptxas = ptxas_from_dryrun(&text, &job.toolchain.root)?;
+    // An answer that names this batch's folder is this batch's alone.
+    let folder = scratch.display().to_string();
+    if !ptxas.args.iter().any(|a| a.contains(&folder))
+        && let Ok(mut known) = DRYRUNS.lock()
+    {
+        known.get_or_insert_default().insert(key, ptxas.clone());
+    }
+    Some(ptxas)
+}
+
+/// ptxas's arguments from `nvcc --dryrun`'s output, without its input and output.
+fn ptxas_from_dryrun(text: &str, toolkit_root: &Path) -> Option<Ptxas> {
     let line = text.lines().find_map(|l| l.strip_prefix("#$ ptxas "))?;
     let words = shell_words(line);
     let mut kept = Vec::new();
@@ -362,7 +426,7 @@ fn ptxas_command(job: &CompileJob<'_>, main: &Path, scratch: &Path) -> Option<Pt
     }
     Some(Ptxas {
         // The ptxas of the toolkit the key fingerprints (`bin/ptxas`), as nvcc runs it.
-        program: job.toolchain.root.join("bin").join("ptxas"),
+        program: toolkit_root.join("bin").join("ptxas"),
         args: kept,
     })
 }

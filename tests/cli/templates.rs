@@ -612,3 +612,90 @@ fn skip_infeasible_still_fails_on_a_real_compile_error_and_changes_nothing() {
         lock_before
     );
 }
+
+/// `nvcc --dryrun`, which tells a batch how nvcc runs ptxas, is asked once per kernel,
+/// target and command line in a build, not once per batch; a kernel whose flags change
+/// ptxas's arguments gets its own answer, and every batch's cubins are those each
+/// config gives alone.
+#[test]
+fn a_build_asks_nvcc_dryrun_once_per_command_line_and_follows_changed_flags() {
+    let source = r#"
+template <int BLOCK, int WAYS>
+__global__ void step(float *out, int n) {
+  int i = blockIdx.x * BLOCK + threadIdx.x;
+  float acc = 0.0f;
+  for (int w = 0; w < WAYS; ++w) acc += out[(i + w * BLOCK) % n] * (float)(w + 1);
+  if (i < n) out[i] = acc;
+}
+"#;
+    let kernel = |name: &str, flags: &str| {
+        format!(
+            "name = \"{name}\"\nsources = [\"{name}.cu\"]\nentry = [\"step<BLOCK, WAYS>\"]\nflags = [{flags}]\n[params]\nBLOCK = [64, 128]\nWAYS = [1, 2, 3]\n"
+        )
+    };
+    let project = || {
+        let p = TestProject::new(&["sm_80", "sm_90"]);
+        for name in ["fast", "slow"] {
+            p.write(&format!("kernels/{name}/{name}.cu"), source);
+        }
+        p.write("kernels/fast/kernel.toml", &kernel("fast", "\"-O3\""));
+        // ptxas at -O0: another ptxas command line, other cubins.
+        p.write(
+            "kernels/slow/kernel.toml",
+            &kernel("slow", "\"-O3\", \"-Xptxas\", \"-O0\""),
+        );
+        p
+    };
+    let batched = project();
+    batched.ok(&["build", "--batch", "2", "--jobs", "1"]);
+    let log = std::fs::read_to_string(&batched.nvcc_log).unwrap();
+    let passes = log.lines().filter(|l| l.starts_with("-ptx ")).count();
+    let dryruns: Vec<&str> = log.lines().filter(|l| l.contains("--dryrun")).collect();
+    // 2 kernels x 2 targets x 3 batches of 2 configs; one question per kernel and target.
+    assert_eq!(passes, 12, "{log}");
+    assert_eq!(dryruns.len(), 4, "{dryruns:#?}");
+    let alone = project();
+    alone.ok(&["build", "--batch", "1"]);
+    let digests = |p: &TestProject| crate::harness::lock_digests(p);
+    assert_eq!(digests(&batched), digests(&alone));
+    // The flags reached ptxas: the two kernels' cubins differ, config by config.
+    let lock = batched.read("kart.lock");
+    let fast: Vec<&str> = digests_of(&lock, "fast");
+    let slow: Vec<&str> = digests_of(&lock, "slow");
+    assert_eq!((fast.len(), slow.len()), (12, 12), "{lock}");
+    assert!(fast.iter().zip(&slow).all(|(f, s)| f != s), "{lock}");
+
+    // The flags edited between two builds: the next build asks again and follows them.
+    let before: Vec<String> = slow.iter().map(|d| d.to_string()).collect();
+    batched.write(
+        "kernels/slow/kernel.toml",
+        &kernel("slow", "\"-O3\", \"-Xptxas\", \"-O1\""),
+    );
+    batched.clear_log();
+    batched.ok(&["build", "--batch", "2", "--jobs", "1"]);
+    let log = std::fs::read_to_string(&batched.nvcc_log).unwrap();
+    let dryruns: Vec<&str> = log.lines().filter(|l| l.contains("--dryrun")).collect();
+    assert_eq!(dryruns.len(), 2, "{dryruns:#?}");
+    assert!(
+        dryruns.iter().all(|l| l.contains("-Xptxas -O1")),
+        "{dryruns:#?}"
+    );
+    let lock = batched.read("kart.lock");
+    let after = digests_of(&lock, "slow");
+    assert!(after.iter().zip(&before).all(|(a, b)| a != b), "{lock}");
+    let out = batched.ok(&["verify", "--rebuild", "4", "--seed", "3"]);
+    assert!(stdout(&out).contains("0 differ"), "{}", text(&out));
+}
+
+/// The digests of kernel `name`'s records in a lock's text, in its order.
+fn digests_of<'a>(lock: &'a str, name: &str) -> Vec<&'a str> {
+    lock.split("[[artifact]]")
+        .filter(|record| record.contains(&format!("kernel = \"{name}\"")))
+        .filter_map(|record| {
+            record
+                .lines()
+                .find_map(|l| l.strip_prefix("digest = \""))
+                .map(|d| d.trim_end_matches('"'))
+        })
+        .collect()
+}

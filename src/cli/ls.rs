@@ -18,6 +18,10 @@ pub fn run(
     wide: bool,
     json: bool,
 ) -> Result<ExitCode> {
+    if json && let Some(rows) = listing::json(ws, kernels, params)? {
+        // Every record was read and checked before anything is printed.
+        return write_rows(&rows);
+    }
     let listing = listing::list(ws, kernels, params)?;
     if json {
         write_json(&listing)?;
@@ -41,6 +45,20 @@ pub fn run(
     } else {
         print_compact(&rows);
     }
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Prints the rows `kart ls --json` wrote as it read the lock.
+fn write_rows(rows: &listing::JsonRows) -> Result<ExitCode> {
+    use std::io::Write;
+    let mut out = std::io::stdout().lock();
+    rows.write_to(&mut out)
+        .and_then(|()| out.flush())
+        .map_err(|source| kart::Error::Io {
+            action: "write to",
+            path: "standard output".into(),
+            source,
+        })?;
     Ok(ExitCode::SUCCESS)
 }
 

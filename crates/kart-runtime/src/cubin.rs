@@ -49,30 +49,48 @@ impl EntryInfo {
     /// name (a C identifier, or a qualified `ns::f`), the symbol mangled, the template and instance expressions, and the
     /// parameter list of a plausible length (the driver allows 32 KiB of parameters).
     pub fn validate(&self) -> std::result::Result<(), String> {
-        use crate::untrusted::{expression, qualified_name, symbol};
-        qualified_name("entry", &self.name)?;
-        if let Some(s) = &self.symbol {
-            symbol("symbol", s)?;
-        }
-        if let Some(t) = &self.template {
-            expression("template", t)?;
-        }
-        if let Some(i) = &self.instance {
-            expression("instance", i)?;
-        }
-        if self.params.len() > 32 * 1024 || self.params.iter().any(|&p| p > 32 * 1024) {
-            return Err(format!(
-                "entry `{}`: implausible parameter sizes",
-                self.name
-            ));
-        }
-        Ok(())
+        check_entry(
+            &self.name,
+            self.symbol.as_deref(),
+            self.template.as_deref(),
+            self.instance.as_deref(),
+            (
+                self.params.len(),
+                self.params.iter().copied().max().unwrap_or(0),
+            ),
+        )
     }
 
     /// The symbol to look up in the image.
     pub fn symbol(&self) -> &str {
         self.symbol.as_deref().unwrap_or(&self.name)
     }
+}
+
+/// What [`EntryInfo::validate`] checks, on borrowed fields: `params` is the number of
+/// parameters and the largest size.
+pub(crate) fn check_entry(
+    name: &str,
+    symbol: Option<&str>,
+    template: Option<&str>,
+    instance: Option<&str>,
+    params: (usize, u32),
+) -> std::result::Result<(), String> {
+    use crate::untrusted::{expression, qualified_name};
+    qualified_name("entry", name)?;
+    if let Some(s) = symbol {
+        crate::untrusted::symbol("symbol", s)?;
+    }
+    if let Some(t) = template {
+        expression("template", t)?;
+    }
+    if let Some(i) = instance {
+        expression("instance", i)?;
+    }
+    if params.0 > 32 * 1024 || params.1 > 32 * 1024 {
+        return Err(format!("entry `{name}`: implausible parameter sizes"));
+    }
+    Ok(())
 }
 
 /// What a cubin says about itself.

@@ -203,25 +203,18 @@ impl LockedArtifact {
     /// share): names are C identifiers, key and digest hex, the target known, the size
     /// within what kart reads, each entry well-formed.
     pub fn validate(&self) -> std::result::Result<(), String> {
-        crate::untrusted::identifier("kernel", &self.kernel)?;
-        if !is_sha256_hex(&self.digest) || !is_sha256_hex(&self.key) {
-            return Err("key and digest must be 64 lower-case hex digits".into());
-        }
-        self.target.parse::<TargetArch>().map_err(|e| e.0)?;
-        if self.size > crate::store::limits::MAX_BLOB_BYTES {
-            return Err(format!("size {} is more than kart reads", self.size));
-        }
-        crate::untrusted::release("nvcc", &self.nvcc)?;
-        if self.entries.is_empty() {
-            return Err("no entries".into());
-        }
-        for e in &self.entries {
-            e.validate()?;
-        }
-        for name in self.derived.keys() {
-            crate::untrusted::identifier("derived param", name)?;
-        }
-        Ok(())
+        check_artifact(
+            [
+                &self.kernel,
+                &self.key,
+                &self.digest,
+                &self.target,
+                &self.nvcc,
+            ],
+            self.size,
+            self.entries.iter().map(EntryInfo::validate),
+            self.derived.keys().map(String::as_str),
+        )
     }
 
     /// The sort key and identity of an artifact: (kernel, config, target, kind).
@@ -233,6 +226,33 @@ impl LockedArtifact {
     pub fn describe(&self) -> String {
         describe(&self.kernel, &self.config, &self.target, self.kind)
     }
+}
+
+/// What [`LockedArtifact::validate`] checks, on borrowed fields: kernel, key, digest,
+/// target and nvcc, the size, each entry's check, the derived params' names.
+pub(crate) fn check_artifact<'a>(
+    [kernel, key, digest, target, nvcc]: [&str; 5],
+    size: u64,
+    mut entries: impl ExactSizeIterator<Item = std::result::Result<(), String>>,
+    derived: impl Iterator<Item = &'a str>,
+) -> std::result::Result<(), String> {
+    crate::untrusted::identifier("kernel", kernel)?;
+    if !is_sha256_hex(digest) || !is_sha256_hex(key) {
+        return Err("key and digest must be 64 lower-case hex digits".into());
+    }
+    target.parse::<TargetArch>().map_err(|e| e.0)?;
+    if size > crate::store::limits::MAX_BLOB_BYTES {
+        return Err(format!("size {size} is more than kart reads"));
+    }
+    crate::untrusted::release("nvcc", nvcc)?;
+    if entries.len() == 0 {
+        return Err("no entries".into());
+    }
+    entries.try_for_each(|e| e)?;
+    for name in derived {
+        crate::untrusted::identifier("derived param", name)?;
+    }
+    Ok(())
 }
 
 /// Of the artifacts of one (kernel, config), the one a device of `capability` loads

@@ -277,7 +277,7 @@ pub(crate) fn scan<'a>(
     let mut record = RecordRef::default();
     let mut open = false;
     let mut table = Table::Artifact;
-    for line in text.lines() {
+    for line in lines(text) {
         if line.is_empty() || line.starts_with('#') {
             continue;
         }
@@ -336,6 +336,27 @@ pub(crate) fn scan<'a>(
         each(&mut record)?;
     }
     Some(version)
+}
+
+/// The lines of `text` as [`str::lines`] gives them (without `\n` or `\r\n`), found
+/// with memchr's search: a call per line of `str::lines` costs more than the line's
+/// reading.
+fn lines(text: &str) -> impl Iterator<Item = &str> {
+    let mut start = 0;
+    let mut ends = memchr::memchr_iter(b'\n', text.as_bytes()).chain([text.len()]);
+    std::iter::from_fn(move || {
+        let end = ends.next()?;
+        if end == text.len() && start == end {
+            return None;
+        }
+        let line = &text[start..end];
+        start = end + 1;
+        // A `\r` at the very end, with no `\n` after it, stays (as `str::lines` keeps it).
+        Some(match end < text.len() {
+            true => line.strip_suffix('\r').unwrap_or(line),
+            false => line,
+        })
+    })
 }
 
 /// Which table the lines belong to.

@@ -44,7 +44,7 @@ pub(crate) fn read<T: From<Fields>>(text: &str) -> Option<(u32, Vec<T>)> {
 
 impl Fields {
     /// The owned fields of a record.
-    fn of(r: &RecordRef<'_>) -> Fields {
+    pub(crate) fn of(r: &RecordRef<'_>) -> Fields {
         Fields {
             kernel: r.kernel.to_string(),
             config: Config(

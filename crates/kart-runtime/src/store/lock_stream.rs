@@ -40,6 +40,17 @@ pub fn read_checked<'a, S: Send>(
     start: impl Fn() -> S + Sync,
     each: impl Fn(&mut S, &RecordRef<'a>) + Sync,
 ) -> Option<Vec<S>> {
+    read_in_pieces(text, threads, PIECE_BYTES, start, each)
+}
+
+/// [`read_checked`] with pieces of at least `piece_bytes`.
+fn read_in_pieces<'a, S: Send>(
+    text: &'a str,
+    threads: usize,
+    piece_bytes: usize,
+    start: impl Fn() -> S + Sync,
+    each: impl Fn(&mut S, &RecordRef<'a>) + Sync,
+) -> Option<Vec<S>> {
     let (head, tail) = text.split_at(tables_start(text).unwrap_or(text.len()));
     let first = if head.starts_with("[[artifact]]") {
         0
@@ -55,7 +66,7 @@ pub fn read_checked<'a, S: Send>(
     if !tables_are_valid(version, tail) {
         return None;
     }
-    let pieces = split(records, threads);
+    let pieces = split(records, threads, piece_bytes);
     let read = |piece: &'a str| read_piece(piece, version, start(), &each);
     let read: Vec<Option<Piece<'a, S>>> = std::thread::scope(|s| {
         let later: Vec<_> = pieces[1..]
@@ -86,10 +97,10 @@ pub fn read_checked<'a, S: Send>(
     Some(read.into_iter().map(|p| p.state).collect())
 }
 
-/// `records` cut into about `threads` pieces of at least [`PIECE_BYTES`], each but the
+/// `records` cut into about `threads` pieces of at least `piece_bytes`, each but the
 /// first starting at a `[[artifact]]` line.
-fn split(records: &str, threads: usize) -> Vec<&str> {
-    let count = threads.clamp(1, (records.len() / PIECE_BYTES).max(1));
+fn split(records: &str, threads: usize, piece_bytes: usize) -> Vec<&str> {
+    let count = threads.clamp(1, (records.len() / piece_bytes.max(1)).max(1));
     let mut pieces = Vec::with_capacity(count);
     let mut from = 0;
     for i in 1..count {
@@ -181,4 +192,130 @@ fn tables_are_valid(version: u32, tail: &str) -> bool {
         Path::new(LOCK_FILE),
     )
     .is_ok_and(|lock| lock.artifacts.is_empty())
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use crate::store::lock_records::Fields;
+    use crate::store::lockfile::{LockedArtifact, Lockfile};
+    use crate::store::testlock::generated;
+
+    /// The records read in pieces of at least `piece_bytes` on `threads` threads, owned.
+    fn stream(text: &str, threads: usize, piece_bytes: usize) -> Option<Vec<LockedArtifact>> {
+        let pieces = super::read_in_pieces(text, threads, piece_bytes, Vec::new, |v, r| {
+            v.push(LockedArtifact::from(Fields::of(r)))
+        })?;
+        Some(pieces.into_iter().flatten().collect())
+    }
+
+    fn parse(text: &str) -> Option<Vec<LockedArtifact>> {
+        Lockfile::parse(text, Path::new("kart.lock"))
+            .ok()
+            .map(|l| l.artifacts)
+    }
+
+    #[test]
+    fn records_read_in_pieces_are_the_whole_parse_s() {
+        for seed in 0..12 {
+            let text = generated(seed).to_text();
+            let whole = parse(&text).expect("a generated lock parses");
+            assert!(whole.len() > 20, "{seed}");
+            for (threads, piece_bytes) in [(1, 1 << 20), (2, 1), (3, 1), (7, 500), (64, 1)] {
+                assert_eq!(
+                    stream(&text, threads, piece_bytes).as_ref(),
+                    Some(&whole),
+                    "seed {seed}, {threads} threads"
+                );
+            }
+            // The pieces start at record headers, whatever the cut.
+            let records = &text[text.find("[[artifact]]").unwrap()..];
+            let pieces = super::split(records, 5, 1);
+            assert_eq!(pieces.len(), 5);
+            assert_eq!(pieces.concat(), records);
+            assert!(pieces.iter().all(|p| p.starts_with("[[artifact]]")));
+        }
+        // A lock of no record says `artifact = []`: left to the general path.
+        let empty = Lockfile::new(Vec::new()).to_text();
+        assert!(empty.contains("artifact = []"), "{empty}");
+        assert_eq!(stream(&empty, 2, 1), None);
+        // The repository's lock, with its `[[kernel]]` tables.
+        let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../kart.lock");
+        let text = std::fs::read_to_string(repo).unwrap();
+        // Its entries record `signature`, which only the general path reads.
+        let whole = parse(&text);
+        assert!(whole.is_some());
+        assert!(text.contains("signature = ["));
+        assert_eq!(stream(&text, 2, 1), None);
+        let plain = text.replace("signature = [", "# signature = [");
+        assert_eq!(stream(&plain, 2, 1), parse(&plain));
+    }
+
+    /// Whatever the whole parse refuses, or reads another way, the stream leaves to it:
+    /// an error anywhere, late ones included, in any piece.
+    #[test]
+    fn anything_the_whole_parse_refuses_or_reads_otherwise_is_left_to_it() {
+        let lock = generated(3);
+        let text = lock.to_text();
+        let last = lock.artifacts.last().unwrap();
+        let first = &lock.artifacts[0];
+        // A header in the second half, where a later piece reads.
+        let late = text.rfind("[[artifact]]").unwrap();
+        let swapped = {
+            // The last two records' texts exchanged: out of order.
+            let before = text[..late].rfind("[[artifact]]").unwrap();
+            let end = crate::store::lockfile::tables_start(&text).unwrap_or(text.len());
+            format!(
+                "{}{}\n{}{}",
+                &text[..before],
+                text[late..end].trim_end(),
+                &text[before..late],
+                &text[end..]
+            )
+        };
+        let edits: Vec<String> = vec![
+            text.replacen(&last.digest, "zz", 1),
+            text.replacen(&last.key, &last.key.to_uppercase(), 1),
+            text.replacen("target = \"sm_90\"", "target = \"sm_9\"", 1),
+            text.replacen("version = 3", "version = 1", 1),
+            text.replacen("version = 3", "version = 99", 1),
+            text.replacen(&format!("nvcc = \"{}\"", last.nvcc), "nvcc = \"13.x\"", 1),
+            format!(
+                "{}size = 3240 # a comment{}",
+                &text[..late + 13],
+                &text[late + 12..]
+            ),
+            text.replacen("name = \"gemm\"\n", "name = \"gemm\"\nother = 1\n", 1),
+            text.replacen(&first.digest, &last.digest, 1),
+            swapped,
+            text.replace(
+                "[[kernel]]\nname = \"tiny\"",
+                "[[kernel]]\nname = \"t-iny\"",
+            ),
+            text.replace("grid = [\"1\"]", "grid = [\"1 +\"]"),
+            format!("{text}\n[[artifact]]\nkernel = \"zz\"\n"),
+            text.replacen("registers = 32", "registers = 32\nsignature = [\"ptr\"]", 1),
+        ];
+        for (i, edited) in edits.iter().enumerate() {
+            assert_ne!(edited, &text, "edit {i} changed nothing");
+            let whole = parse(edited);
+            for threads in [1, 2, 5] {
+                let streamed = stream(edited, threads, 1);
+                // Taken only where the whole parse takes it, with the same records.
+                assert!(
+                    streamed.is_none() || streamed == whole,
+                    "edit {i}, {threads} threads"
+                );
+            }
+            if whole.is_none() {
+                assert_eq!(stream(edited, 3, 1), None, "edit {i}");
+            }
+        }
+        // Derived params need version 2; in version 1 they are an error, late or not.
+        let derived = text.find("[artifact.derived]").expect("a derived param");
+        assert!(derived > 0);
+        let old = text.replacen("version = 3", "version = 1", 1);
+        assert!(parse(&old).is_none() && stream(&old, 2, 1).is_none());
+    }
 }

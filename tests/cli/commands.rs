@@ -281,6 +281,61 @@ fn ls_filters_by_kernel_and_param_and_names_what_exists() {
     );
 }
 
+/// `kart ls --json` writes its rows as it reads the lock: the rows are the lock's
+/// records, the bytes those of the general reader (the same lock in a layout only it
+/// reads), and a bad record late in the lock prints nothing but the error.
+#[test]
+fn ls_json_rows_are_the_lock_s_and_a_bad_record_late_prints_nothing() {
+    let p = grid_project();
+    p.kernel("other", "out[0] = 1.0f;", "");
+    p.ok(&["build"]);
+    let lock_text = p.read("kart.lock");
+    let lock =
+        kart::store::lockfile::Lockfile::parse(&lock_text, std::path::Path::new("kart.lock"))
+            .unwrap();
+    let all = stdout(&p.ok(&["ls", "--json"]));
+    let rows: serde_json::Value = serde_json::from_str(&all).unwrap();
+    let rows = rows.as_array().unwrap();
+    assert_eq!(rows.len(), lock.artifacts.len());
+    for (row, a) in rows.iter().zip(&lock.artifacts) {
+        assert_eq!(row["kernel"], a.kernel.as_str());
+        assert_eq!(row["config"], serde_json::to_value(&a.config).unwrap());
+        assert_eq!(row["target"], a.target.as_str());
+        assert_eq!(row["digest"], a.digest.as_str());
+        assert_eq!(row["size"], a.size);
+        let registers = a.entries.iter().map(|e| e.registers).max().unwrap();
+        assert_eq!(row["registers"], registers);
+        assert_eq!(row["local"], true, "{row}");
+    }
+    // The same lock with a comment after a value: only the general reader takes it.
+    let one = stdout(&p.ok(&["ls", "grid", "-p", "A=2", "--json"]));
+    let commented =
+        lock_text.replacen("\nkind = \"cubin\"\n", "\nkind = \"cubin\" # as built\n", 1);
+    assert_ne!(commented, lock_text);
+    p.write("kart.lock", &commented);
+    assert_eq!(stdout(&p.ok(&["ls", "--json"])), all);
+    assert_eq!(stdout(&p.ok(&["ls", "grid", "-p", "A=2", "--json"])), one);
+    // The last record's digest broken: no row at all, the error at its header's line.
+    let last = lock.artifacts.last().unwrap();
+    p.write(
+        "kart.lock",
+        &lock_text.replacen(&last.digest, "not-a-digest", 1),
+    );
+    let line = lock_text[..lock_text.rfind("[[artifact]]").unwrap()]
+        .lines()
+        .count()
+        + 1;
+    let out = p.kart(&["ls", "--json"]);
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out));
+    assert!(out.stdout.is_empty(), "{}", text(&out));
+    assert!(
+        stderr(&out).contains(&format!("kart.lock:{line}:"))
+            && stderr(&out).contains("64 lower-case hex"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn tune_run_says_what_it_cannot_run() {
     let p = grid_project();

@@ -301,30 +301,35 @@ fn fuzz_deployment_files() {
     let one = kart::store::lockfile::Lockfile::new(lock.artifacts[..1].to_vec());
     let seed = dir.path().join("seed.kartbundle");
     // Stand-in bytes would fail the writer's own check of every blob: the file is laid
-    // out by hand as the writer lays it out.
-    let index = serde_json::json!({
-        "format": 1, "kart": "0.1.0", "made_for": ["fuzz"], "lock": one.to_text(),
-        "tune": "", "attest": "",
-        "blobs": [{"digest": one.artifacts[0].digest, "size": one.artifacts[0].size,
-                   "offset": 0, "stored": one.artifacts[0].size, "zstd": false}],
-    });
-    let json = serde_json::to_vec(&index).unwrap();
-    let mut bundle = b"KARTBNDL".to_vec();
-    bundle.extend_from_slice(&1u32.to_le_bytes());
-    bundle.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    bundle.extend_from_slice(&json);
-    bundle.extend(std::iter::repeat_n(0u8, one.artifacts[0].size as usize));
+    // out as the writer lays it out, unchecked.
+    use kart::store::bundle::{BUNDLE_FORMAT, BlobBytes, BundleIndex, bundle_bytes};
+    let index = BundleIndex {
+        format: BUNDLE_FORMAT,
+        kart: "0.1.0".into(),
+        made_for: vec!["fuzz".into()],
+        tune: String::new(),
+        attest: String::new(),
+    };
+    let blob = BlobBytes {
+        digest: one.artifacts[0].digest.clone(),
+        size: one.artifacts[0].size,
+        stored: vec![0u8; one.artifacts[0].size as usize],
+        zstd: false,
+    };
+    let bundle = bundle_bytes(&index, &one.to_text(), vec![blob]).unwrap();
     std::fs::write(&seed, &bundle).unwrap();
     kart::store::bundle::Bundle::open(&seed).expect("the seed bundle opens");
     fuzz("bundle", &bundle, |b| {
         std::fs::write(&path, b).map_err(|_| ())?;
         let bundle = kart::store::bundle::Bundle::open(&path).map_err(|_| ())?;
+        let rows = bundle.blobs().map_err(|_| ())?;
         Ok(bundle
             .lock()
             .map_err(|_| ())?
             .artifacts
             .iter()
             .map(|a| a.digest.clone())
+            .chain(rows.into_iter().map(|b| b.digest))
             .collect())
     });
 }

@@ -271,13 +271,14 @@ pub fn bundle(ws: &Workspace, args: &BundleArgs<'_>) -> Result<ExitCode> {
             .map(|a| a.size)
             .sum()
     };
-    let bundled_bytes: u64 = bundle.index().blobs.iter().map(|b| b.size).sum();
+    let blobs = bundle.blobs()?;
+    let bundled_bytes: u64 = blobs.iter().map(|b| b.size).sum();
     if args.json {
         let report = serde_json::json!({
             "path": output,
             "fleet": source,
             "artifacts": chosen.len(),
-            "blobs": bundle.index().blobs.len(),
+            "blobs": blobs.len(),
             "bytes": bundled_bytes,
             "file_bytes": file_bytes,
             "lock_artifacts": lock.artifacts.len(),

@@ -180,9 +180,8 @@ pub struct InspectRow {
 /// What a bundle holds, by kernel and target, after checking every blob.
 pub fn inspect(bundle: &Bundle) -> Result<Vec<InspectRow>> {
     bundle.verify_all()?;
-    let stored: BTreeMap<&str, u64> = bundle
-        .index()
-        .blobs
+    let blobs = bundle.blobs()?;
+    let stored: BTreeMap<&str, u64> = blobs
         .iter()
         .map(|b| (b.digest.as_str(), b.stored))
         .collect();

@@ -255,6 +255,129 @@ fn a_bundle_holds_what_the_fleet_loads_round_trips_and_refuses_a_flipped_byte() 
     assert!(err.to_string().contains("not a kart bundle"), "{err}");
 }
 
+/// A bundle of 300 configs × 2 targets (a template kernel, built with the real nvcc)
+/// answers every lookup as the project does, with the same bytes; a bundle cut inside
+/// its blob table, one whose lock section is damaged and one of the older format are
+/// refused with what is wrong and what to do.
+#[test]
+fn a_bundle_of_hundreds_of_configs_answers_as_the_project_does() {
+    use kart::model::{Config, ParamValue};
+    use kart::resolve::{Capability, JitPolicy};
+    let p = TestProject::new(&["sm_80", "sm_90"]);
+    p.write(
+        "kernels/tiny/tiny.cu",
+        "template <int A, int B>\n__global__ void tiny(int* out) { out[threadIdx.x] = A * 1000 + B; }\n",
+    );
+    let values = |n: i64| (0..n).map(|v| v.to_string()).collect::<Vec<_>>().join(", ");
+    p.write(
+        "kernels/tiny/kernel.toml",
+        &format!(
+            "name = \"tiny\"\nsources = [\"tiny.cu\"]\nentry = [\"tiny<A, B>\"]\n[params]\nA = [{}]\nB = [{}]\n",
+            values(20),
+            values(15)
+        ),
+    );
+    p.ok(&["build"]);
+    p.write(
+        "fleet.toml",
+        "[[fleet]]\nname = \"NVIDIA H100 80GB HBM3\"\ncapability = \"9.0\"\n\n\
+         [[fleet]]\nname = \"NVIDIA A100-SXM4-80GB\"\ncapability = \"8.0\"\n",
+    );
+    p.ok(&["bundle", "--fleet", "fleet.toml", "-o", "all.kartbundle"]);
+    let path = p.root().join("all.kartbundle");
+    let project = kart::runtime::Runtime::open(p.root()).unwrap();
+    let bundle = kart::runtime::Runtime::open_bundle(&path).unwrap();
+    assert_eq!(bundle.kernels().unwrap(), ["tiny"]);
+    for a in 0..20 {
+        for b in 0..15 {
+            let config = Config(
+                [
+                    ("A".to_string(), ParamValue::Int(a)),
+                    ("B".to_string(), ParamValue::Int(b)),
+                ]
+                .into(),
+            );
+            for capability in [(8, 0), (9, 0)] {
+                let capability = Capability {
+                    major: capability.0,
+                    minor: capability.1,
+                };
+                let want = project
+                    .select("tiny", &config, capability, JitPolicy::Forbid)
+                    .unwrap();
+                let got = bundle
+                    .select("tiny", &config, capability, JitPolicy::Forbid)
+                    .unwrap();
+                assert_eq!(got, want, "{config} on {capability}");
+                let bytes = bundle
+                    .blobs()
+                    .read_blob(&got.digest, Some(got.size))
+                    .unwrap();
+                assert_eq!(kart::digest::sha256_hex(&bytes), want.digest);
+            }
+        }
+    }
+    // A config the project lacks is missing from the bundle alike, with the same message.
+    let absent = Config([("A".to_string(), ParamValue::Int(99))].into());
+    let h100 = Capability { major: 9, minor: 0 };
+    let from_project = project.select("tiny", &absent, h100, JitPolicy::Forbid);
+    let from_bundle = bundle.select("tiny", &absent, h100, JitPolicy::Forbid);
+    assert_eq!(
+        from_bundle.unwrap_err().to_string(),
+        from_project.unwrap_err().to_string()
+    );
+    assert_eq!(bundle.lock().unwrap(), project.lock().unwrap());
+    let out = p.ok(&["bundle", "--inspect", "all.kartbundle", "--json"]);
+    let report: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(report["rows"].as_array().unwrap().len(), 2, "{report:#}");
+
+    let bytes = std::fs::read(&path).unwrap();
+    let word = |at: usize| u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap()) as usize;
+    let table = 56 + word(16) + word(24) + word(32) + word(40);
+    assert_eq!(word(48), 600, "one row per blob");
+    // Cut inside the blob table.
+    std::fs::write(&path, &bytes[..table + 64 * 300 + 5]).unwrap();
+    let out = p.kart(&["bundle", "--inspect", "all.kartbundle"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("a table of 600 blobs run past")
+            && stderr(&out).contains("kart bundle"),
+        "{}",
+        text(&out)
+    );
+    // The lock section's version line damaged: refused at open, naming the section.
+    let mut bad = bytes.clone();
+    let lock_at = 56 + word(16);
+    let version = lock_at
+        + std::str::from_utf8(&bytes[lock_at..lock_at + word(24)])
+            .unwrap()
+            .find("version = ")
+            .unwrap();
+    bad[version] = b'#';
+    std::fs::write(&path, &bad).unwrap();
+    let out = p.kart(&["bundle", "--inspect", "all.kartbundle"]);
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("all.kartbundle:kart.lock"),
+        "{}",
+        text(&out)
+    );
+    // A bundle of format 1 (a JSON index holding the lock as one string).
+    let mut old = b"KARTBNDL".to_vec();
+    old.extend_from_slice(&1u32.to_le_bytes());
+    old.extend_from_slice(&2u64.to_le_bytes());
+    old.extend_from_slice(b"{}");
+    std::fs::write(&path, &old).unwrap();
+    let out = p.kart(&["bundle", "--inspect", "all.kartbundle"]);
+    assert_eq!(out.status.code(), Some(1), "{}", text(&out));
+    assert!(
+        stderr(&out).contains("bundle format 1, written by an older kart")
+            && stderr(&out).contains("run `kart bundle` again"),
+        "{}",
+        text(&out)
+    );
+}
+
 #[test]
 fn a_trace_narrows_a_bundle_to_the_configs_a_workload_launched() {
     let p = built_grid();

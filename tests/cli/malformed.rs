@@ -613,17 +613,17 @@ fn expressions_100000_levels_deep_are_errors_at_their_line_not_a_crash() {
     );
 
     // A bundle's lock, read by `bundle --inspect` (and by the runtime, which the runtime
-    // crate's own test covers): the index is JSON holding the lock's text.
+    // crate's own test covers): a section of the bundle, read as kart.lock is.
+    use kart::store::bundle::{BUNDLE_FORMAT, BundleIndex, bundle_bytes};
     let lock = p.read("kart.lock");
-    let index = serde_json::json!({
-        "format": 1, "kart": "0.1.0", "made_for": [], "lock": lock,
-        "tune": "", "attest": "", "blobs": [],
-    });
-    let json = serde_json::to_vec(&index).unwrap();
-    let mut bundle = b"KARTBNDL".to_vec();
-    bundle.extend_from_slice(&1u32.to_le_bytes());
-    bundle.extend_from_slice(&(json.len() as u64).to_le_bytes());
-    bundle.extend_from_slice(&json);
+    let index = BundleIndex {
+        format: BUNDLE_FORMAT,
+        kart: "0.1.0".into(),
+        made_for: Vec::new(),
+        tune: String::new(),
+        attest: String::new(),
+    };
+    let bundle = bundle_bytes(&index, &lock, Vec::new()).unwrap();
     std::fs::write(p.root().join("deep.kartbundle"), bundle).unwrap();
     let out = p.kart(&["bundle", "--inspect", "deep.kartbundle"]);
     assert!(

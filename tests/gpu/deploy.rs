@@ -63,17 +63,13 @@ pub(crate) fn a_bundle_loads_and_a_flipped_byte_is_refused(f: &Fixture, gpu: &Gp
     // Flip one byte inside that blob's stored bytes.
     let digest = k.artifact.digest.clone();
     let mut bytes = std::fs::read(&path).map_err(|e| e.to_string())?;
-    let index_len = u64::from_le_bytes(bytes[12..20].try_into().map_err(|_| "header")?);
     let blob = rt
         .bundle()
         .ok_or("no bundle")?
-        .index()
-        .blobs
-        .iter()
-        .find(|b| b.digest == digest)
-        .ok_or("blob not in the bundle")?
-        .clone();
-    let at = (20 + index_len + blob.offset + blob.stored / 2) as usize;
+        .blob(&digest)
+        .map_err(|e| e.to_string())?
+        .ok_or("blob not in the bundle")?;
+    let at = (blob.offset + blob.stored / 2) as usize;
     bytes[at] ^= 0x10;
     std::fs::write(&path, &bytes).map_err(|e| e.to_string())?;
     let rt = Runtime::open_bundle(&path).map_err(|e| e.to_string())?;

@@ -150,7 +150,12 @@ pub fn read_limited(path: &Path, limit: Limit) -> Result<Vec<u8>> {
 
 /// Reads a UTF-8 text file of at most `limit` bytes, naming it on failure.
 pub fn read_text(path: &Path, limit: Limit) -> Result<String> {
-    let bytes = read_limited(path, limit)?;
+    text_of(read_limited(path, limit)?, path)
+}
+
+/// `bytes` as UTF-8 text; where they are not, an error naming `path` and the line and
+/// column of the first bad byte.
+pub fn text_of(bytes: Vec<u8>, path: &Path) -> Result<String> {
     String::from_utf8(bytes).map_err(|e| {
         let offset = e.utf8_error().valid_up_to();
         let before = &e.as_bytes()[..offset];

@@ -12,9 +12,7 @@
 //! records around where it would be name the nearest configs. Anything that does not
 //! read as kart writes it is left to the caller, which scans the whole file.
 
-use std::fs::File;
 use std::ops::Range;
-use std::os::unix::fs::FileExt as _;
 use std::sync::OnceLock;
 
 use memchr::memmem;
@@ -22,6 +20,7 @@ use memchr::memmem;
 use crate::model::Config;
 use crate::store::lockfile::{LockedArtifact, LockedKernel};
 use crate::store::lockscan::{self, KERNEL_TABLE, PRUNED_TABLE, RECORD};
+use crate::store::section::Section;
 
 /// A record is never shorter than this (its key and digest alone are 128 hex digits),
 /// so `offset / SLOT_BYTES` tells records apart.
@@ -62,29 +61,14 @@ pub enum Bisected<'a> {
     },
 }
 
-/// Reads `len` bytes at `at`, fewer at the end of the file.
-fn read_at(file: &File, at: u64, len: u64) -> Option<Vec<u8>> {
-    let mut bytes = vec![0u8; usize::try_from(len).ok()?];
-    let mut filled = 0;
-    while filled < bytes.len() {
-        match file.read_at(&mut bytes[filled..], at + filled as u64) {
-            Ok(0) => break,
-            Ok(n) => filled += n,
-            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
-            Err(_) => return None,
-        }
-    }
-    bytes.truncate(filled);
-    Some(bytes)
-}
-
 impl Bisect {
-    /// Reads the ends of the lock in `file` (`len` bytes); `None` when they are not laid
-    /// out as kart writes them (the caller scans the whole file).
-    pub fn open(file: &File, len: u64) -> Option<Bisect> {
+    /// Reads the ends of the lock in `file` (a whole file or a bundle's section);
+    /// `None` when they are not laid out as kart writes them (the caller scans it all).
+    pub fn open(file: &Section) -> Option<Bisect> {
+        let len = file.len();
         let record = memmem::Finder::new(RECORD);
         // The head: the first record starts within a few lines.
-        let head = read_at(file, 0, WINDOW.min(len))?;
+        let head = file.read_at(0, WINDOW.min(len))?;
         let first = record.find(&head)? as u64 + 1;
         if lockscan::has_multiline(&head[..first as usize]) {
             return None;
@@ -96,7 +80,7 @@ impl Bisect {
         let mut window = WINDOW;
         let (tail_at, tail, last) = loop {
             let at = len.saturating_sub(window);
-            let tail = read_at(file, at, len - at)?;
+            let tail = file.read_at(at, len - at)?;
             match last_record.rfind(&tail) {
                 Some(h) => break (at, tail, h + 1),
                 None if at == 0 => return None,
@@ -139,7 +123,7 @@ impl Bisect {
     /// record read is not laid out as kart writes it (then the whole file decides).
     pub fn of_config<'a>(
         &'a self,
-        file: &File,
+        file: &Section,
         kernel: &str,
         config: &Config,
     ) -> Option<Bisected<'a>> {
@@ -183,7 +167,7 @@ impl Bisect {
     /// (`Some(None)` when there is none), read and checked.
     fn record_from<'a>(
         &'a self,
-        file: &File,
+        file: &Section,
         from: u64,
         before: u64,
     ) -> Option<Option<(Range<u64>, &'a LockedArtifact)>> {
@@ -196,7 +180,7 @@ impl Bisect {
         if let Some((at, a)) = slot.get() {
             return (*at == start).then_some(Some((start..end, &**a)));
         }
-        let text = read_at(file, start, end - start)?;
+        let text = file.read_at(start, end - start)?;
         if text.len() as u64 != end - start || lockscan::has_multiline(&text) {
             return None;
         }
@@ -211,14 +195,14 @@ impl Bisect {
 
     /// The offset of the first record header whose newline is at or after `from` and
     /// whose record starts before `before`.
-    fn next_header(&self, file: &File, from: u64, before: u64) -> Option<Option<u64>> {
+    fn next_header(&self, file: &Section, from: u64, before: u64) -> Option<Option<u64>> {
         let finder = memmem::Finder::new(RECORD);
         // Far enough to see a header whose record starts just before `before`.
         let stop = (before + RECORD.len() as u64).min(self.end + RECORD.len() as u64);
         let mut window = WINDOW;
         loop {
             let to = (from + window).min(stop);
-            let bytes = read_at(file, from, to - from)?;
+            let bytes = file.read_at(from, to - from)?;
             if let Some(h) = finder.find(&bytes) {
                 let start = from + h as u64 + 1;
                 return Some((start < before).then_some(start));

@@ -38,7 +38,8 @@ use crate::store::lockbisect::Bisect;
 pub use crate::store::lockbisect::Bisected;
 use crate::store::lockfile::{LockedArtifact, LockedKernel, Lockfile};
 use crate::store::lockscan::{self, Scanned, UNKNOWN, config_hash, parse_records};
-use crate::text::{Limit, open_limited, over_limit, read_text};
+use crate::store::section::Section;
+use crate::text::{Limit, open_limited, over_limit, read_text, text_of};
 
 /// A lock, parsed as far as it has been asked. `Send + Sync`: lookups from several
 /// threads parse a record at most a few times and agree on the result.
@@ -67,8 +68,13 @@ enum Source {
     /// In memory (a bundle's lock, or one already parsed: then empty).
     Text(String),
     /// In a file, read a record at a time: the handle opened at open, so every read
-    /// is of the file scanned.
-    File { file: std::fs::File, path: PathBuf },
+    /// is of the file scanned. `lock_file`: the whole of `path`, a `kart.lock` (else
+    /// a section of a bundle).
+    File {
+        file: Section,
+        path: PathBuf,
+        lock_file: bool,
+    },
 }
 
 #[derive(Debug)]
@@ -115,32 +121,61 @@ impl LockIndex {
             return Ok(None);
         }
         let (file, len) = open_limited(path, Limit::LOCK)?;
+        let source = Source::File {
+            file: Section::new(file, 0, len),
+            path: path.to_path_buf(),
+            lock_file: true,
+        };
+        LockIndex::of_file(source, shown, bisect_from).map(Some)
+    }
+
+    /// The lock that is bytes `start..start + len` of `file` (a bundle's lock section,
+    /// inside the file as the caller checked), read as `kart.lock` is: bisected from
+    /// [`BISECT_FROM`] bytes on, else scanned. `path` names the file in I/O errors,
+    /// `shown` the lock in every other message.
+    pub fn read_section(
+        file: std::fs::File,
+        path: &Path,
+        start: u64,
+        len: u64,
+        shown: &Path,
+    ) -> Result<LockIndex> {
+        if len > Limit::LOCK.bytes {
+            return Err(over_limit(shown, Limit::LOCK, format!("it is {len} bytes")));
+        }
+        let source = Source::File {
+            file: Section::new(file, start, len),
+            path: path.to_path_buf(),
+            lock_file: false,
+        };
+        LockIndex::of_file(source, shown, BISECT_FROM)
+    }
+
+    fn of_file(source: Source, shown: &Path, bisect_from: u64) -> Result<LockIndex> {
         let shown = shown.to_path_buf();
-        if len >= bisect_from
-            && let Some(bisect) = Bisect::open(&file, len)
+        let (file, path) = match &source {
+            Source::File { file, path, .. } => (file, path),
+            Source::Text(text) => return LockIndex::from_text(text.clone(), &shown),
+        };
+        if file.len() >= bisect_from
+            && let Some(bisect) = Bisect::open(file)
         {
-            return Ok(Some(LockIndex {
-                source: Source::File {
-                    file,
-                    path: path.to_path_buf(),
-                },
+            return Ok(LockIndex {
+                source,
                 shown,
                 whole: OnceLock::new(),
                 layout: OnceLock::new(),
                 bisect: Some(bisect),
-            }));
+            });
         }
-        let scanned = lockscan::scan_file(&file, len, Limit::LOCK.bytes).at("read", path)?;
-        let source = Source::File {
-            file,
-            path: path.to_path_buf(),
-        };
+        let scanned =
+            lockscan::scan_file(file.reader(), file.len(), Limit::LOCK.bytes).at("read", path)?;
         match scanned {
-            Some(scanned) => Ok(Some(LockIndex::laid_out(source, scanned, shown))),
+            Some(scanned) => Ok(LockIndex::laid_out(source, scanned, shown)),
             None => {
-                let text = read_text(path, Limit::LOCK)?;
+                let text = source.text(&shown)?;
                 let lock = Lockfile::parse(&text, &shown)?;
-                Ok(Some(LockIndex::from_lockfile(lock, text, shown)))
+                Ok(LockIndex::from_lockfile(lock, text, shown))
             }
         }
     }
@@ -202,12 +237,10 @@ impl LockIndex {
         }
         let scanned = match &self.source {
             Source::Text(text) => lockscan::scan_text(text),
-            Source::File { file, path } => lockscan::scan_file(
-                ReadFrom { file, at: 0 },
-                file.metadata().at("read", path)?.len(),
-                Limit::LOCK.bytes,
-            )
-            .at("read", path)?,
+            Source::File { file, path, .. } => {
+                lockscan::scan_file(file.reader(), file.len(), Limit::LOCK.bytes)
+                    .at("read", path)?
+            }
         };
         let layout = match scanned {
             Some(scanned) => Some(Layout::of(scanned)),
@@ -237,9 +270,7 @@ impl LockIndex {
         }
         let lock = match &self.source {
             Source::Text(text) => Lockfile::parse(text, &self.shown)?,
-            Source::File { path, .. } => {
-                Lockfile::parse(&read_text(path, Limit::LOCK)?, &self.shown)?
-            }
+            file => Lockfile::parse(&file.text(&self.shown)?, &self.shown)?,
         };
         Ok(self.whole.get_or_init(|| lock))
     }
@@ -344,9 +375,7 @@ impl LockIndex {
                 .get(range.start as usize..range.end as usize)
                 .map(Cow::Borrowed),
             Source::File { file, .. } => {
-                use std::os::unix::fs::FileExt as _;
-                let mut bytes = vec![0u8; usize::try_from(range.end - range.start).ok()?];
-                file.read_exact_at(&mut bytes, range.start).ok()?;
+                let bytes = file.read_exact(range.start, range.end - range.start).ok()?;
                 String::from_utf8(bytes).ok().map(Cow::Owned)
             }
         }
@@ -470,18 +499,22 @@ impl Layout {
     }
 }
 
-/// A file read from an offset without moving its cursor.
-struct ReadFrom<'a> {
-    file: &'a std::fs::File,
-    at: u64,
-}
-
-impl std::io::Read for ReadFrom<'_> {
-    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
-        use std::os::unix::fs::FileExt as _;
-        let n = self.file.read_at(buf, self.at)?;
-        self.at += n as u64;
-        Ok(n)
+impl Source {
+    /// The whole text of a lock in a file: a `kart.lock` read again by its path, a
+    /// bundle's section from the file opened (UTF-8 checked, named `shown`).
+    fn text(&self, shown: &Path) -> Result<String> {
+        match self {
+            Source::Text(text) => Ok(text.clone()),
+            Source::File {
+                path,
+                lock_file: true,
+                ..
+            } => read_text(path, Limit::LOCK),
+            Source::File { file, path, .. } => {
+                let bytes = file.read_exact(0, file.len()).at("read", path)?;
+                text_of(bytes, shown)
+            }
+        }
     }
 }
 

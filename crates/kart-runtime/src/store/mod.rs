@@ -23,6 +23,7 @@
 //! crash leaves no partial file under a real name; leftovers are swept on open.
 
 pub mod bundle;
+mod bundle_table;
 pub mod checked;
 pub mod entry;
 pub mod fsutil;
@@ -37,6 +38,7 @@ pub mod lockfile;
 pub mod lockindex;
 mod lockscan;
 pub mod projects;
+mod section;
 pub mod sidecar;
 #[cfg(test)]
 pub(crate) mod testlock;

@@ -475,8 +475,11 @@ def _check_driver_floor(lib, artifact):
 
 # --- The data: artifact records and cubins, kept in comment lines at the end of this
 # file (which Python's compiler skips and a .pyc does not hold) and read on first use:
-# importing costs nothing per artifact, load() reads the records once (not the
-# cubins), and a launcher's first call reads and decodes only its own cubin.
+# importing costs nothing per artifact, load() finds a config's records by bisection
+# of their index (a few short reads, whatever the number of configs) and parses only
+# them, and a launcher's first call reads and decodes only its own cubin.
+
+_INDEX_ROW = 25  # b"#I " + 12 hex digits of offset + b" " + 8 of length + b"\n"
 
 _records_lock = threading.Lock()
 _by_config = {}  # 'kernel {"A":1}' -> [line, ...] once the records are read
@@ -501,7 +504,7 @@ def _record_lines():
     """The records' lines, indexed by kernel and config (read once)."""
     with _records_lock:
         if not _by_config:
-            block = _data(_DATA_AT, _BLOBS_AT - _DATA_AT)
+            block = _data(_DATA_AT, _INDEX_AT - _DATA_AT)
             if not block.startswith(b"#R "):
                 raise KartError(f"{__file__}: no artifact records where its header says; export the module again")
             for line in block.splitlines():
@@ -514,9 +517,78 @@ def _config_key(kernel, config):
     return f"{kernel} {json.dumps(dict(sorted(config.items())), separators=(',', ':'))}".encode()
 
 
+def _indexed(key):
+    """The record lines of `key`, found by bisection of the index (sorted by key);
+    None when a line read is not laid out as kart writes it (the caller then reads
+    every record line)."""
+    span = _BLOBS_AT - _INDEX_AT
+    if span < 0 or span % _INDEX_ROW:
+        return None
+    rows = span // _INDEX_ROW
+    try:
+        f = open(__file__, "rb")
+    except (OSError, TypeError):
+        return None
+    with f:
+        def row(i):
+            f.seek(_INDEX_AT + i * _INDEX_ROW)
+            entry = f.read(_INDEX_ROW)
+            if len(entry) != _INDEX_ROW or entry[:3] != b"#I " or entry[15:16] != b" " or entry[-1:] != b"\n":
+                return None
+            try:
+                at, length = int(entry[3:15], 16), int(entry[16:24], 16)
+            except ValueError:
+                return None
+            if at < 0 or length < 5 or at + length > _INDEX_AT - _DATA_AT:
+                return None
+            f.seek(_DATA_AT + at)
+            line = f.read(length)
+            if len(line) != length or line[:3] != b"#R " or line[-1:] != b"\n" or b"\t" not in line:
+                return None
+            found, _, record = line[3:-1].partition(b"\t")
+            return found, record
+
+        lo, hi = 0, rows
+        while lo < hi:
+            mid = (lo + hi) // 2
+            got = row(mid)
+            if got is None:
+                return None
+            if got[0] < key:
+                lo = mid + 1
+            else:
+                hi = mid
+        lines = []
+        while lo < rows:
+            got = row(lo)
+            if got is None:
+                return None
+            if got[0] != key:
+                break
+            lines.append(got[1])
+            lo += 1
+        return lines
+
+
+def _parse_record(line, key):
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        raise KartError(f"{__file__}: the exported record of {key.decode(errors='replace')} is corrupt ({e}); "
+                        "export the module again") from e
+    if not isinstance(record, dict):
+        raise KartError(f"{__file__}: the exported record of {key.decode(errors='replace')} is not an object; "
+                        "export the module again")
+    return record
+
+
 def _matching(kernel, config):
     """The records of (kernel, config): one per target."""
-    found = [json.loads(r) for r in _record_lines().get(_config_key(kernel, config), [])]
+    key = _config_key(kernel, config)
+    lines = _indexed(key)
+    if lines is None:
+        lines = _record_lines().get(key, [])
+    found = [_parse_record(r, key) for r in lines]
     if found:
         return found
     # A config spelled otherwise (True for 1, say): compared as before, record by record.
@@ -528,7 +600,7 @@ def _artifacts():
     lines = _record_lines()
     with _records_lock:
         if not _all_records:
-            _all_records.extend(json.loads(r) for records in lines.values() for r in records)
+            _all_records.extend(_parse_record(r, key) for key, records in lines.items() for r in records)
         return _all_records
 
 

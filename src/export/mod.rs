@@ -5,11 +5,14 @@
 //! header above it and the data below it.
 //!
 //! The artifact records and the cubins are comment lines at the end of the module
-//! (`#R KERNEL CONFIG<tab>RECORD`, then `#B BASE64`), at byte offsets the code names
-//! (`_DATA_AT`, `_BLOBS_AT`, each record's `blob`): Python's compiler skips them and a
-//! `.pyc` does not hold them, so importing a module of 10,000 configs builds nothing
-//! per artifact; `load()` reads the records' lines once and parses the few it needs,
-//! and a cubin is read, decoded and checked when its launcher is first called.
+//! (`#R KERNEL CONFIG<tab>RECORD`, then an index of them, then `#B BASE64`), at byte
+//! offsets the code names (`_DATA_AT`, `_INDEX_AT`, `_BLOBS_AT`, each record's `blob`):
+//! Python's compiler skips them and a `.pyc` does not hold them, so importing a module
+//! of 10,000 configs builds nothing per artifact. The index has one fixed-width line
+//! per record (`#I OFFSET LENGTH`, hex, the record line's place from `_DATA_AT`),
+//! sorted by the record's `KERNEL CONFIG` key, so `load()` finds a config's records by
+//! bisection (some 15 reads of a line), parsing only them; a cubin is read, decoded and
+//! checked when its launcher is first called.
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -28,7 +31,11 @@ use crate::target::TargetArch;
 
 /// The line above the data: records, then cubins, read by the loader at the offsets
 /// above it.
-const DATA_MARK: &str = "# --- Data (read by the loader at _DATA_AT and _BLOBS_AT; not code): one artifact record\n# a line (kernel, config, then the record as JSON), then one cubin a line (zlib, base64).\n";
+const DATA_MARK: &str = "# --- Data (read by the loader at _DATA_AT, _INDEX_AT and _BLOBS_AT; not code): one artifact\n# record a line (kernel, config, then the record as JSON), the records' index sorted by kernel and\n# config (offset and length of each record line, hex), then one cubin a line (zlib, base64).\n";
+
+/// Bytes of one line of the records' index: `#I `, 12 hex digits of offset, a space, 8
+/// of length, a newline (`_INDEX_ROW` in the loader).
+const INDEX_ROW: usize = 25;
 
 /// The loader, written into every exported module.
 const LOADER: &str = include_str!("loader.py");
@@ -285,6 +292,8 @@ the driver sees it, then loaded once per CUDA context.
     let mut blobs: BTreeMap<&str, (u64, u64)> = BTreeMap::new();
     let mut blob_lines = String::new();
     let mut records = String::new();
+    // (key, offset, length) of each record line, for the index.
+    let mut index: Vec<(String, usize, usize)> = Vec::with_capacity(artifacts.len());
     for a in artifacts {
         // A list, in the kernel's declared order: the first entry is `load()`'s default.
         let mut entries = Vec::new();
@@ -334,8 +343,23 @@ the driver sees it, then loaded once per CUDA context.
             "derived": a.derived,
             "blob": [at, len],
         });
-        records.push_str(&format!("#R {key}\t{record}\n"));
+        let line = format!("#R {key}\t{record}\n");
+        index.push((key, records.len(), line.len()));
+        records.push_str(&line);
     }
+    // Sorted by the key's bytes, as Python compares them (`bytes` order).
+    index.sort();
+    let mut index_lines = String::with_capacity(index.len() * INDEX_ROW);
+    for (_, at, len) in &index {
+        if *at >= 1 << 48 || *len >= 1 << 32 {
+            return Err(Error::usage(
+                "the exported records exceed what the module's index addresses".to_string(),
+                Some("export fewer configs per module".into()),
+            ));
+        }
+        index_lines.push_str(&format!("#I {at:012x} {len:08x}\n"));
+    }
+    debug_assert_eq!(index_lines.len(), index.len() * INDEX_ROW);
     // [launch] of each exported kernel that declares one.
     out.push_str(
         "# kernel -> its [launch] geometry (kernel.toml), evaluated by launch().\n_LAUNCH = {\n",
@@ -391,14 +415,18 @@ the driver sees it, then loaded once per CUDA context.
     }
     out.push_str("]\n\n");
     // Offsets of fixed width, so that the text before the data has its final length.
-    let offsets = |data_at: usize, blobs_at: usize| {
-        format!("_DATA_AT = 0x{data_at:016x}\n_BLOBS_AT = 0x{blobs_at:016x}\n{DATA_MARK}")
+    let offsets = |data_at: usize, index_at: usize, blobs_at: usize| {
+        format!(
+            "_DATA_AT = 0x{data_at:016x}\n_INDEX_AT = 0x{index_at:016x}\n_BLOBS_AT = 0x{blobs_at:016x}\n{DATA_MARK}"
+        )
     };
-    let data_at = out.len() + offsets(0, 0).len();
-    let blobs_at = data_at + records.len();
-    out.push_str(&offsets(data_at, blobs_at));
+    let data_at = out.len() + offsets(0, 0, 0).len();
+    let index_at = data_at + records.len();
+    let blobs_at = index_at + index_lines.len();
+    out.push_str(&offsets(data_at, index_at, blobs_at));
     debug_assert_eq!(out.len(), data_at);
     out.push_str(&records);
+    out.push_str(&index_lines);
     out.push_str(&blob_lines);
     Ok(out)
 }

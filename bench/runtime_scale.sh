@@ -112,8 +112,10 @@ for a in "${sizes[@]}"; do
   echo "$n artifacts (kart.lock $(($(stat -c %s "$project/kart.lock") / 1024)) KiB; tiny[A=$pa,B=42])"
   printf '[[fleet]]\nname = "NVIDIA A100-SXM4-80GB"\ncapability = "8.0"\n[[fleet]]\nname = "NVIDIA H100 80GB HBM3"\ncapability = "9.0"\n' \
     > "$work/fleet.toml"
-  (cd "$project" && "${kart[new]}" -q bundle --fleet "$work/fleet.toml" -o "$work/all.kartbundle" tiny >&2)
-  echo "  bundle of every artifact: $(($(stat -c %s "$work/all.kartbundle") / 1024)) KiB"
+  for which in base new; do  # each kart's own bundle format
+    (cd "$project" && "${kart[$which]}" -q bundle --fleet "$work/fleet.toml" -o "$work/all-$which.kartbundle" tiny >&2)
+  done
+  echo "  bundle of every artifact: $(($(stat -c %s "$work/all-new.kartbundle") / 1024)) KiB (base $(($(stat -c %s "$work/all-base.kartbundle") / 1024)) KiB)"
   for which in base new; do
     rm -rf "$work/py-$which" && mkdir -p "$work/py-$which"
     (cd "$project" && "${kart[$which]}" -q export --python --all-configs -o "$work/py-$which/tiny_kernels.py" tiny >&2)
@@ -122,7 +124,7 @@ for a in "${sizes[@]}"; do
   for round in $(seq "$runs"); do
     for which in base new; do
       "${open_one[$which]}" "$project" tiny 9.0 A=$pa B=42 >> "$work/open-$which-$a"
-      "${open_one[$which]}" "$work/all.kartbundle" tiny 9.0 A=$pa B=42 >> "$work/bundle-$which-$a"
+      "${open_one[$which]}" "$work/all-$which.kartbundle" tiny 9.0 A=$pa B=42 >> "$work/bundle-$which-$a"
       (cd "$project" && ms_of "${kart[$which]}" path tiny -p A=$pa -p B=42 --target sm_90) >> "$work/path-$which-$a"
       PYTHONDONTWRITEBYTECODE=1 py_time "$work/py-$which" $pa >> "$work/pysrc-$which-$a"
     done

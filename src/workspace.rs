@@ -282,10 +282,9 @@ fn same_compiled_config(config: &crate::model::Config, entry: &crate::store::Act
         .filter_map(|(name, _)| name.strip_prefix("param "))
         .collect();
     !entry.preimage.0.is_empty()
-        && config.0.keys().eq(entry.config.0.keys())
+        && config.keys().eq(entry.config.keys())
         && entry
             .config
-            .0
             .iter()
-            .all(|(k, v)| !keyed.contains(k.as_str()) || config.0.get(k) == Some(v))
+            .all(|(k, v)| !keyed.contains(k) || config.get(k) == Some(v))
 }

@@ -20,7 +20,7 @@ pub fn run(
     ptx: bool,
     json: bool,
 ) -> Result<ExitCode> {
-    let config = Config(params.iter().cloned().collect());
+    let config = params.iter().cloned().collect::<Config>();
     let kind = if ptx {
         ArtifactKind::Ptx
     } else {

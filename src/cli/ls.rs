@@ -136,7 +136,7 @@ fn print_compact(rows: &[ListRow]) {
     // Per kernel, the params with more than one value among its listed rows.
     let mut values: BTreeMap<&str, BTreeMap<&str, BTreeSet<String>>> = BTreeMap::new();
     for r in rows {
-        for (name, value) in &r.config.0 {
+        for (name, value) in r.config.iter() {
             values
                 .entry(r.kernel)
                 .or_default()
@@ -163,7 +163,6 @@ fn print_compact(rows: &[ListRow]) {
     for r in rows {
         let shown: Vec<String> = r
             .config
-            .0
             .iter()
             .filter(|(name, _)| varying(r.kernel, name))
             .map(|(name, value)| format!("{name}={value}"))
@@ -187,7 +186,7 @@ fn print_compact(rows: &[ListRow]) {
 
 /// One kernel's rows with a column per param and derived param.
 fn print_wide(rows: &[&ListRow]) {
-    let params: Vec<&String> = rows[0].config.0.keys().collect();
+    let params: Vec<&str> = rows[0].config.keys().collect();
     let derived: BTreeSet<&String> = rows.iter().flat_map(|r| r.derived.keys()).collect();
     let mut header = vec!["KERNEL".to_string()];
     header.extend(params.iter().map(|p| p.to_string()));
@@ -205,7 +204,7 @@ fn print_wide(rows: &[&ListRow]) {
         row.extend(
             params
                 .iter()
-                .map(|p| r.config.0.get(*p).map_or("-".into(), |v| v.to_string())),
+                .map(|p| r.config.get(*p).map_or("-".into(), |v| v.to_string())),
         );
         row.extend(
             derived

@@ -19,7 +19,7 @@ pub fn run(
     target: Option<TargetArch>,
     json: bool,
 ) -> Result<ExitCode> {
-    let config = Config(params.iter().cloned().collect());
+    let config = params.iter().cloned().collect::<Config>();
     let artifact = match target {
         // One record: read without parsing the whole lock.
         Some(t) => match read_lock(&ws)? {

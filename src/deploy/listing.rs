@@ -141,7 +141,7 @@ fn no_match(
 ) -> Error {
     let mut values: BTreeMap<&str, BTreeSet<&ParamValue>> = Default::default();
     for a in artifacts.iter().filter(|a| in_kernels(a)) {
-        for (name, value) in &a.config.0 {
+        for (name, value) in a.config.iter() {
             values.entry(name).or_default().insert(value);
         }
     }

@@ -195,7 +195,7 @@ pub fn select<'a>(
                 format!(
                     "no config of `{}` in kart.lock matches {}",
                     selector.kernel,
-                    Config(selector.params.clone())
+                    Config::from(selector.params.clone())
                 ),
                 Some("`kart ls` lists the configs".into()),
             ));
@@ -434,14 +434,13 @@ the driver sees it, then loaded once per CUDA context.
 /// A config as a JSON object (which is also a Python dict literal).
 fn config_json(config: &Config) -> serde_json::Map<String, serde_json::Value> {
     config
-        .0
         .iter()
         .map(|(k, v)| {
             let value = match v {
                 ParamValue::Int(i) => json!(i),
                 ParamValue::Ident(s) => json!(s),
             };
-            (k.clone(), value)
+            (k.to_string(), value)
         })
         .collect()
 }

@@ -68,14 +68,12 @@ pub fn explain(
     let missing: Vec<&str> = kernel
         .params
         .keys()
-        .filter(|k| !config.0.contains_key(*k))
+        .filter(|k| !config.contains_key(*k))
         .map(String::as_str)
         .collect();
     let unknown: Vec<&str> = config
-        .0
         .keys()
         .filter(|k| !kernel.params.contains_key(*k))
-        .map(String::as_str)
         .collect();
     if !missing.is_empty() || !unknown.is_empty() {
         let list = |items: &[&str]| {
@@ -109,7 +107,7 @@ pub fn explain(
     if !kernel.configs()?.contains(config) {
         return Err(Error::usage(
             format!("{config} is not a config of `{kernel_name}`"),
-            kernel.grid().why_none(&config.0),
+            kernel.grid().why_none(&config.to_map()),
         ));
     }
     let target = target.unwrap_or(kernel.targets[0]);

@@ -61,11 +61,11 @@ pub fn require_rule(all: &[&Config], failing: &BTreeSet<&Config>) -> Option<Stri
     if failing.is_empty() {
         return None;
     }
-    let ints = |c: &Config, name: &str| match c.0.get(name) {
+    let ints = |c: &Config, name: &str| match c.get(name) {
         Some(ParamValue::Int(v)) => Some(*v),
         _ => None,
     };
-    let names: Vec<&String> = all.first()?.0.keys().collect();
+    let names: Vec<&str> = all.first()?.keys().collect();
     // The smallest value among the failing configs, if every config from it up fails.
     let bound = |value: &dyn Fn(&Config) -> Option<i64>| -> Option<i64> {
         let t = failing
@@ -94,7 +94,7 @@ pub fn require_rule(all: &[&Config], failing: &BTreeSet<&Config>) -> Option<Stri
     let each: Vec<String> = failing
         .iter()
         .map(|c| {
-            let terms: Vec<String> = c.0.iter().map(|(k, v)| format!("{k} == {v}")).collect();
+            let terms: Vec<String> = c.iter().map(|(k, v)| format!("{k} == {v}")).collect();
             format!("!({})", terms.join(" && "))
         })
         .collect();
@@ -190,13 +190,10 @@ mod tests {
     use super::*;
 
     fn config(rows: i64, cols: i64) -> Config {
-        Config(
-            [
-                ("COLS".to_string(), ParamValue::Int(cols)),
-                ("ROWS".to_string(), ParamValue::Int(rows)),
-            ]
-            .into(),
-        )
+        Config::from([
+            ("COLS".to_string(), ParamValue::Int(cols)),
+            ("ROWS".to_string(), ParamValue::Int(rows)),
+        ])
     }
 
     #[test]
@@ -238,7 +235,7 @@ mod tests {
     }
 
     fn ints(c: &Config, name: &str) -> i64 {
-        match c.0.get(name) {
+        match c.get(name) {
             Some(ParamValue::Int(v)) => *v,
             _ => panic!(),
         }

@@ -179,7 +179,7 @@ pub fn action_preimage(
     }
     // Launch-only params reach no compile input (checked when kernel.toml is read):
     // configs that differ only in them share this key, one compile and one artifact.
-    for (name, value) in &config.0 {
+    for (name, value) in config.iter() {
         if kernel.launch_params.contains(name) {
             continue;
         }
@@ -387,7 +387,7 @@ mod tests {
             name: "PER".into(),
             expr: kart_runtime::expr::Expr::parse("64 / B").unwrap(),
         }];
-        let config = Config([("B".to_string(), ParamValue::Int(0))].into());
+        let config = Config::from([("B".to_string(), ParamValue::Int(0))]);
         let files = BTreeMap::new();
         let target = "sm_90".parse().unwrap();
         let err = action_preimage(
@@ -424,7 +424,7 @@ mod tests {
     #[test]
     fn key_is_pinned() {
         let (toolchain, kernel) = fixture();
-        let config = Config([("BLOCK".to_string(), ParamValue::Int(64))].into());
+        let config = Config::from([("BLOCK".to_string(), ParamValue::Int(64))]);
         assert_eq!(
             key_of(&toolchain, &kernel, &config),
             "5faf5f6f689e7ad7b6193151d483396b757f5511a51c5b0561569ac32049d2d1"
@@ -434,7 +434,7 @@ mod tests {
     #[test]
     fn key_ignores_machine_specific_paths_and_sees_every_input() {
         let (toolchain, kernel) = fixture();
-        let config = Config([("BLOCK".to_string(), ParamValue::Int(64))].into());
+        let config = Config::from([("BLOCK".to_string(), ParamValue::Int(64))]);
         let base = key_of(&toolchain, &kernel, &config);
 
         let mut moved = toolchain.clone();
@@ -448,7 +448,7 @@ mod tests {
         let mut other = kernel.clone();
         other.defines.insert("USE_X".into(), ParamValue::Int(2));
         assert_ne!(key_of(&toolchain, &other, &config), base);
-        let config2 = Config([("BLOCK".to_string(), ParamValue::Int(128))].into());
+        let config2 = Config::from([("BLOCK".to_string(), ParamValue::Int(128))]);
         assert_ne!(key_of(&toolchain, &kernel, &config2), base);
         let mut tc = toolchain.clone();
         tc.components.0[1].1 = "5".repeat(64);

@@ -244,7 +244,7 @@ mod tests {
     fn record(i: u64) -> LockedArtifact {
         LockedArtifact {
             kernel: "tiny".into(),
-            config: Config([("A".to_string(), ParamValue::Int(i as i64))].into()),
+            config: Config::from([("A".to_string(), ParamValue::Int(i as i64))]),
             target: "sm_90".into(),
             kind: ArtifactKind::Cubin,
             key: "a".repeat(64),

@@ -217,9 +217,10 @@ impl Workspace {
                 let kernel = &project.kernels[p.kernel];
                 in_kernels(kernel)
                     && (selection.targets.is_empty() || selection.targets.contains(&p.target))
-                    && selection.params.iter().all(|(n, v)| {
-                        !kernel.params.contains_key(n) || p.config.0.get(n) == Some(v)
-                    })
+                    && selection
+                        .params
+                        .iter()
+                        .all(|(n, v)| !kernel.params.contains_key(n) || p.config.get(n) == Some(v))
             })
             .collect();
         if chosen.is_empty() {

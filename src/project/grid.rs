@@ -105,11 +105,11 @@ impl Grid<'_> {
     /// Whether the grid keeps `config`: a value of every param from its list, no
     /// other key, not excluded, of a problem's combination, every rule holding.
     pub fn keeps(&self, config: &Config) -> bool {
-        let listed = config.0.len() == self.params.len()
+        let listed = config.len() == self.params.len()
             && self
                 .params
                 .iter()
-                .all(|(k, values)| config.0.get(k).is_some_and(|v| values.contains(v)));
+                .all(|(k, values)| config.get(k).is_some_and(|v| values.contains(v)));
         listed
             && (self.combos.is_empty() || self.combos.iter().any(|c| config.matches(c)))
             && !self.exclude.iter().any(|e| config.matches(e))
@@ -142,13 +142,11 @@ impl Grid<'_> {
         let mut values: Vec<&ParamValue> = lists.iter().map(|l| &l[0]).collect();
         let mut derived = vec![0i64; self.derived.len()];
         let config_of = |values: &[&ParamValue]| {
-            Config(
-                names
-                    .iter()
-                    .zip(values)
-                    .map(|(n, v)| (n.to_string(), (*v).clone()))
-                    .collect(),
-            )
+            names
+                .iter()
+                .zip(values)
+                .map(|(n, v)| (n.to_string(), (*v).clone()))
+                .collect::<Config>()
         };
         for _ in 0..raw {
             let (excluded_here, other_problem) =
@@ -453,7 +451,7 @@ mod tests {
                 }
             }
         }
-        let int = |c: &Config, n: &str| match c.0.get(n) {
+        let int = |c: &Config, n: &str| match c.get(n) {
             Some(ParamValue::Int(i)) => *i,
             _ => panic!("{n}"),
         };
@@ -480,13 +478,11 @@ mod tests {
         assert_eq!(k.grid().check().unwrap(), report);
         assert!(kept.iter().all(|c| k.grid().keeps(c)));
         let mut dropped = kept[0].clone();
-        dropped
-            .0
-            .insert("T".into(), ParamValue::Int(int(&kept[0], "Q")));
+        dropped.insert("T", ParamValue::Int(int(&kept[0], "Q")));
         assert!(!k.grid().keeps(&dropped), "T != Q");
-        dropped.0.insert("T".into(), ParamValue::Int(11));
+        dropped.insert("T", ParamValue::Int(11));
         assert!(!k.grid().keeps(&dropped), "11 is not a listed value");
-        dropped.0.remove("T");
+        dropped.remove("T");
         assert!(!k.grid().keeps(&dropped), "a param missing");
         // Printed for the record (a benchmark, not an assertion): bench/grid.sh times it.
         println!(
@@ -535,13 +531,10 @@ mod tests {
             &[],
             &[("ROWS", "BLOCK_M / NUM_WARPS"), ("TILES", "ROWS / 16")],
         );
-        let config = Config(
-            [
-                ("BLOCK_M".to_string(), ParamValue::Int(128)),
-                ("NUM_WARPS".to_string(), ParamValue::Int(4)),
-            ]
-            .into(),
-        );
+        let config = Config::from([
+            ("BLOCK_M".to_string(), ParamValue::Int(128)),
+            ("NUM_WARPS".to_string(), ParamValue::Int(4)),
+        ]);
         let derived = k.derived_values(&config).unwrap();
         assert_eq!(derived, [("ROWS".into(), 32), ("TILES".into(), 2)].into());
         let spec = LaunchSpec {

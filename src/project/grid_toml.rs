@@ -239,7 +239,7 @@ pub(super) fn default_config(
                     "give a value for each param of `[params]`",
                 ));
             }
-            config.0.insert(k.get_ref().clone(), file.value(v)?);
+            config.insert(k.get_ref(), file.value(v)?);
         }
         let in_grid = match configs {
             Some(configs) => configs.contains(&config),

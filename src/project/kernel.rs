@@ -240,9 +240,8 @@ impl Kernel {
     /// Every param and derived param of `config`, as the text the source sees.
     pub fn param_texts(&self, config: &Config) -> Result<BTreeMap<String, String>> {
         let mut values: BTreeMap<String, String> = config
-            .0
             .iter()
-            .map(|(k, v)| (k.clone(), v.to_string()))
+            .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
         for (k, v) in self.derived_or_error(config)? {
             values.insert(k, v.to_string());
@@ -273,12 +272,15 @@ impl Kernel {
             .chain(self.define_params.iter().cloned())
             .collect();
         // Params first, then derived params, each in name order (as before templates).
-        let params = config.0.keys();
-        let derived = values.keys().filter(|k| !config.0.contains_key(*k));
+        let params = config.keys();
+        let derived = values
+            .keys()
+            .map(String::as_str)
+            .filter(|k| !config.contains_key(k));
         Ok(params
             .chain(derived)
             .filter(|k| !in_templates.contains(*k))
-            .map(|k| (k.clone(), values[k].clone()))
+            .map(|k| (k.to_string(), values[k].clone()))
             .collect())
     }
 
@@ -287,7 +289,7 @@ impl Kernel {
     pub fn bare_macros(&self, config: &Config) -> Vec<String> {
         let mut names: BTreeSet<String> = self.defined.clone();
         for param in &self.define_params {
-            match config.0.get(param) {
+            match config.get(param) {
                 Some(ParamValue::Ident(v)) if v == "true" => {
                     names.insert(param.clone());
                 }

@@ -165,7 +165,7 @@ fn committed_digest() -> String {
             a.kernel == "cute_gemm"
                 && CONFIG
                     .iter()
-                    .all(|(k, v)| a.config.0.get(*k) == Some(&kart::model::ParamValue::Int(*v)))
+                    .all(|(k, v)| a.config.get(*k) == Some(&kart::model::ParamValue::Int(*v)))
         })
         .map(|a| a.digest.clone())
         .expect("the committed lock has the CuTe config")
@@ -230,12 +230,10 @@ fn cute_action(p: &TestProject) -> (Digest, Digest, re::Command) {
         .iter()
         .find(|k| k.name == "cute_gemm")
         .unwrap();
-    let config = kart::model::Config(
-        CONFIG
-            .iter()
-            .map(|(k, v)| (k.to_string(), kart::model::ParamValue::Int(*v)))
-            .collect(),
-    );
+    let config = CONFIG
+        .iter()
+        .map(|(k, v)| (k.to_string(), kart::model::ParamValue::Int(*v)))
+        .collect::<kart::model::Config>();
     let job = CompileJob {
         root: &ws.project.root,
         toolchain: &toolchain,

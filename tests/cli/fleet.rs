@@ -290,13 +290,7 @@ fn a_bundle_of_hundreds_of_configs_answers_as_the_project_does() {
     assert_eq!(bundle.kernels().unwrap(), ["tiny"]);
     for a in 0..20 {
         for b in 0..15 {
-            let config = Config(
-                [
-                    ("A".to_string(), ParamValue::Int(a)),
-                    ("B".to_string(), ParamValue::Int(b)),
-                ]
-                .into(),
-            );
+            let config = Config::from([("A", ParamValue::Int(a)), ("B", ParamValue::Int(b))]);
             for capability in [(8, 0), (9, 0)] {
                 let capability = Capability {
                     major: capability.0,
@@ -318,7 +312,7 @@ fn a_bundle_of_hundreds_of_configs_answers_as_the_project_does() {
         }
     }
     // A config the project lacks is missing from the bundle alike, with the same message.
-    let absent = Config([("A".to_string(), ParamValue::Int(99))].into());
+    let absent = Config::from([("A", ParamValue::Int(99))]);
     let h100 = Capability { major: 9, minor: 0 };
     let from_project = project.select("tiny", &absent, h100, JitPolicy::Forbid);
     let from_bundle = bundle.select("tiny", &absent, h100, JitPolicy::Forbid);

@@ -657,7 +657,7 @@ fn the_runtime_reports_a_malformed_lock_record_when_touched_and_only_then() {
     );
     p.write("kart.lock", &bad);
     let h100 = Capability { major: 9, minor: 0 };
-    let config = |a: i64| Config([("A".to_string(), ParamValue::Int(a))].into());
+    let config = |a: i64| Config::from([("A".to_string(), ParamValue::Int(a))]);
     let rt = kart::runtime::Runtime::open(p.root()).expect("opens: no record read yet");
     let a = rt
         .select("good", &config(2), h100, JitPolicy::Forbid)

@@ -73,7 +73,7 @@ pub(crate) fn split_k_variant_matches_its_base_bit_for_bit(_: &Fixture, gpu: &Gp
         .into();
         let run = |kernel: &str, cfg: &kart::model::Config| -> Result<Vec<u16>, String> {
             let loaded = gpu.kernel(&rt, kernel, cfg).map_err(e)?;
-            let param = |p: &str| match cfg.0.get(p) {
+            let param = |p: &str| match cfg.get(p) {
                 Some(kart::model::ParamValue::Int(v)) => Ok(*v as u32),
                 _ => Err(format!("{kernel} [{cfg}] has no integer param {p}")),
             };

@@ -116,12 +116,10 @@ impl Fixture {
 }
 
 fn config(pairs: &[(&str, i64)]) -> Config {
-    Config(
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), ParamValue::Int(*v)))
-            .collect(),
-    )
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), ParamValue::Int(*v)))
+        .collect::<Config>()
 }
 
 type Test = (&'static str, fn(&Fixture, &Gpu) -> TestResult);

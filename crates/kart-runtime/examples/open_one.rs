@@ -44,7 +44,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
             Ok(i) => ParamValue::Int(i),
             Err(_) => ParamValue::Ident(value.to_string()),
         };
-        config.0.insert(name.to_string(), value);
+        config.insert(name, value);
     }
     let device = if gpu {
         Some(kart_runtime::runtime::Gpu::open(0)?)

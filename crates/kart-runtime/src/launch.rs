@@ -239,7 +239,7 @@ mod tests {
         assert_eq!(back, clustered);
         let spec = LaunchSpec::from_text(&back).unwrap();
         assert_eq!(spec.text(), clustered);
-        let config = Config([("CLUSTER".to_string(), crate::model::ParamValue::Int(4))].into());
+        let config = Config::from([("CLUSTER".to_string(), crate::model::ParamValue::Int(4))]);
         let problem: BTreeMap<String, i64> = [("N".to_string(), 1024)].into();
         let g = spec.geometry(&config, &BTreeMap::new(), &problem).unwrap();
         assert_eq!(

@@ -233,7 +233,7 @@ pub fn matches_exact<K: TunedKernel + ?Sized>(
         return true;
     };
     spec.exact.iter().all(|(param, key)| {
-        matches!((config.0.get(param), problem.get(key)), (Some(ParamValue::Int(v)), Some(p)) if v == p)
+        matches!((config.get(param), problem.get(key)), (Some(ParamValue::Int(v)), Some(p)) if v == p)
     })
 }
 
@@ -444,7 +444,7 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
     if let Some(spec) = kernel.tune_spec() {
         for (param, key) in &spec.exact {
             if let Some(v) = problem.get(key) {
-                config.0.insert(param.clone(), ParamValue::Int(*v));
+                config.insert(param, ParamValue::Int(*v));
             }
         }
     }
@@ -459,8 +459,8 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
         .map(|t| t.exact.keys().collect())
         .unwrap_or_default();
     let differs = |c: &Config| {
-        c.0.iter()
-            .filter(|(k, v)| default.0.get(*k) != Some(*v))
+        c.iter()
+            .filter(|(k, v)| default.get(*k) != Some(*v))
             .count()
     };
     let closest = lock
@@ -468,7 +468,7 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
         .iter()
         .filter(|a| a.kernel == kernel.name())
         .map(|a| &a.config)
-        .filter(|c| exact.iter().all(|p| c.0.get(*p) == config.0.get(*p)))
+        .filter(|c| exact.iter().all(|p| c.get(*p) == config.get(*p)))
         .filter_map(|c| artifact_for(lock, kernel.name(), c, capability).map(|a| (c, a)))
         .min_by_key(|(c, _)| (differs(c), (*c).clone()));
     if let Some((c, a)) = closest {
@@ -557,13 +557,10 @@ mod tests {
     }
 
     fn cfg(d: i64, bm: i64) -> Config {
-        Config(
-            [
-                ("HEAD_DIM".into(), ParamValue::Int(d)),
-                ("BM".into(), ParamValue::Int(bm)),
-            ]
-            .into(),
-        )
+        Config::from([
+            ("HEAD_DIM", ParamValue::Int(d)),
+            ("BM", ParamValue::Int(bm)),
+        ])
     }
 
     fn setup() -> (KernelTuning, Lockfile) {

@@ -157,7 +157,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ),
         (
             "big",
-            Config([("STEPS".to_string(), kart::model::ParamValue::Int(4096))].into()),
+            Config::from([("STEPS".to_string(), kart::model::ParamValue::Int(4096))]),
             BIG_CU,
             &["STEPS=4096"][..],
         ),

@@ -587,7 +587,7 @@ fn lock_artifact(lock: &str, digest: &str) -> (Vec<String>, String) {
                 .find(|a| a.digest == digest)
                 .map(|a| {
                     (
-                        a.config.0.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+                        a.config.iter().map(|(k, v)| format!("{k}={v}")).collect(),
                         a.target,
                     )
                 })

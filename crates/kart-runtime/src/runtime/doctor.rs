@@ -230,7 +230,7 @@ mod tests {
     fn artifact(kernel: &str, block: i64, target: &str, kind: ArtifactKind) -> LockedArtifact {
         let mut a = LockedArtifact {
             kernel: kernel.into(),
-            config: Config([("BLOCK".to_string(), crate::model::ParamValue::Int(block))].into()),
+            config: Config::from([("BLOCK".to_string(), crate::model::ParamValue::Int(block))]),
             target: target.into(),
             kind,
             key: String::new(),

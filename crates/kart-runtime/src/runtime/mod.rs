@@ -543,7 +543,7 @@ mod tests {
         // 40 configs of one kernel, more than a message lists.
         let artifacts = (0..40)
             .map(|i| {
-                let config = Config([("BLOCK".to_string(), ParamValue::Int(i * 2))].into());
+                let config = Config::from([("BLOCK".to_string(), ParamValue::Int(i * 2))]);
                 crate::store::testlock::artifact("tiny", config, "sm_90", ArtifactKind::Cubin)
             })
             .collect();
@@ -560,7 +560,7 @@ mod tests {
         .unwrap();
         let rt = Runtime::from_index(lock, Blobs::Store(store));
         let capability = Capability { major: 9, minor: 0 };
-        let asked = Config([("BLOCK".to_string(), ParamValue::Int(21))].into());
+        let asked = Config::from([("BLOCK".to_string(), ParamValue::Int(21))]);
         let err = rt
             .select("tiny", &asked, capability, JitPolicy::Forbid)
             .unwrap_err();

@@ -539,7 +539,7 @@ mod tests {
         let mut blobs = Vec::new();
         for i in 0..n {
             let bytes = format!("the cubin of config {i}; ").repeat(3).into_bytes();
-            let config = Config([("A".to_string(), ParamValue::Int(i))].into());
+            let config = Config::from([("A", ParamValue::Int(i))]);
             let mut a =
                 crate::store::testlock::artifact("tiny", config, "sm_90", ArtifactKind::Cubin);
             a.digest = sha256_hex(&bytes);
@@ -556,7 +556,7 @@ mod tests {
     }
 
     fn config(a: i64) -> crate::model::Config {
-        crate::model::Config([("A".to_string(), crate::model::ParamValue::Int(a))].into())
+        crate::model::Config::from([("A", crate::model::ParamValue::Int(a))])
     }
 
     #[test]

@@ -35,24 +35,34 @@ pub(crate) struct Fields {
 /// `[[kernel]]` and `[[pruned]]` tables), or `None` for anything but kart's lines.
 pub(crate) fn read<T: From<Fields>>(text: &str) -> Option<(u32, Vec<T>)> {
     let mut artifacts = Vec::new();
+    let mut last = Config::default();
     let version = scan(text, |r| {
-        artifacts.push(T::from(Fields::of(r)));
+        artifacts.push(T::from(Fields::of(r, &mut last)));
         Some(())
     })?;
     Some((version?, artifacts))
 }
 
 impl Fields {
-    /// The owned fields of a record.
-    pub(crate) fn of(r: &RecordRef<'_>) -> Fields {
+    /// The owned fields of a record. `last` is the config of the record read before:
+    /// a config's records are consecutive (one per target and kind), and they share
+    /// one `Config` instead of a copy each.
+    pub(crate) fn of(r: &RecordRef<'_>, last: &mut Config) -> Fields {
+        let same = last.len() == r.config().len()
+            && last
+                .iter()
+                .zip(r.config())
+                .all(|((n, v), (name, value))| n == *name && *v == value.to_value());
+        if !same {
+            *last = r
+                .config()
+                .iter()
+                .map(|(name, value)| (*name, value.to_value()))
+                .collect();
+        }
         Fields {
             kernel: r.kernel.to_string(),
-            config: Config(
-                r.config()
-                    .iter()
-                    .map(|(name, value)| (name.to_string(), value.to_value()))
-                    .collect(),
-            ),
+            config: last.clone(),
             target: r.target.to_string(),
             kind: r.kind,
             key: r.key.to_string(),

@@ -205,7 +205,7 @@ mod tests {
     /// The records read in pieces of at least `piece_bytes` on `threads` threads, owned.
     fn stream(text: &str, threads: usize, piece_bytes: usize) -> Option<Vec<LockedArtifact>> {
         let pieces = super::read_in_pieces(text, threads, piece_bytes, Vec::new, |v, r| {
-            v.push(LockedArtifact::from(Fields::of(r)))
+            v.push(LockedArtifact::from(Fields::of(r, &mut Default::default())))
         })?;
         Some(pieces.into_iter().flatten().collect())
     }

@@ -579,7 +579,7 @@ mod tests {
     fn artifact(kernel: &str, block: i64) -> LockedArtifact {
         LockedArtifact {
             kernel: kernel.into(),
-            config: Config([("BLOCK".to_string(), ParamValue::Int(block))].into()),
+            config: Config::from([("BLOCK".to_string(), ParamValue::Int(block))]),
             target: "sm_90".into(),
             kind: ArtifactKind::Cubin,
             key: "a".repeat(64),
@@ -662,7 +662,7 @@ mod tests {
         .unwrap();
         LockedArtifact {
             kernel: kernel.into(),
-            config: Config(config),
+            config: Config::from(config),
             target: target.into(),
             kind: ArtifactKind::Cubin,
             key: "a".repeat(64),

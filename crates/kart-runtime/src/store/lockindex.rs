@@ -585,7 +585,7 @@ mod tests {
                 .iter()
                 .map(|(k, c)| {
                     let mut c = c.clone();
-                    c.0.insert("BLOCK".into(), ParamValue::Int(3));
+                    c.insert("BLOCK", ParamValue::Int(3));
                     (k.clone(), c)
                 })
                 .chain([("none".to_string(), Config::default())])

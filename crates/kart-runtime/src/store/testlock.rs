@@ -59,7 +59,7 @@ pub fn generated(seed: u64) -> Lockfile {
                 let dtype = ["f16", "bf16", "f32"][next(3) as usize];
                 config.insert("DTYPE".into(), ParamValue::Ident(dtype.into()));
             }
-            let config = Config(config);
+            let config = Config::from(config);
             for target in ["sm_80", "sm_90", "sm_90a"] {
                 if next(3) == 0 {
                     continue;

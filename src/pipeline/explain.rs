@@ -68,7 +68,7 @@ pub fn explain(
     let missing: Vec<&str> = kernel
         .params
         .keys()
-        .filter(|k| !config.contains_key(*k))
+        .filter(|k| !config.contains_key(k))
         .map(String::as_str)
         .collect();
     let unknown: Vec<&str> = config

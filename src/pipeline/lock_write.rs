@@ -2,7 +2,32 @@
 //! every record checked against its action entry, and a failure for any artifact the
 //! build made that cannot be recorded.
 
-use std::borrow::Cow;
+/// A record of the lock being written: one of the old lock, or one made now. Two words
+/// where a `Cow` would be a whole record: the lock of a no-op build at 100,000 artifacts
+/// is a list of references.
+enum Record<'a> {
+    Kept(&'a LockedArtifact),
+    Made(Box<LockedArtifact>),
+}
+
+impl Record<'_> {
+    fn into_owned(self) -> LockedArtifact {
+        match self {
+            Record::Kept(a) => a.clone(),
+            Record::Made(a) => *a,
+        }
+    }
+}
+
+impl std::ops::Deref for Record<'_> {
+    type Target = LockedArtifact;
+    fn deref(&self) -> &LockedArtifact {
+        match self {
+            Record::Kept(a) => a,
+            Record::Made(a) => a,
+        }
+    }
+}
 
 use crate::error::{Error, Result};
 use crate::pipeline::plan::Planned;
@@ -49,31 +74,22 @@ pub(super) fn write_lock(
     reporter: &dyn BuildReporter,
 ) -> Result<(usize, bool, usize)> {
     // A record of a lock in the current format with the same key and identity is kept
-    // as it is (the lock is the trust root), once its entry, if any, agrees.
-    // Configs that differ only in launch-only params share a key: several records each.
-    let mut current: std::collections::HashMap<&str, Vec<&LockedArtifact>> = Default::default();
-    if old.version >= crate::store::lockfile::LOCK_VERSION_UNPRUNED {
-        for a in &old.artifacts {
-            current.entry(a.key.as_str()).or_default().push(a);
-        }
-    }
+    // as it is (the lock is the trust root), once its entry, if any, agrees. Found by
+    // identity in the sorted lock (each identity once), then compared by key.
+    let current = old.version >= crate::store::lockfile::LOCK_VERSION_UNPRUNED;
     let mut checked = ws.store.checked();
     // Records kept from the old lock are borrowed: a lock that does not change is never
     // copied (at 100,000 artifacts, a copy is over a hundred megabytes).
-    let mut artifacts: Vec<Cow<'_, LockedArtifact>> = Vec::new();
+    let mut artifacts: Vec<Record<'_>> = Vec::with_capacity(planned.len());
     let mut unrecorded = Vec::new();
     let mut agreed = 0;
     for p in planned {
         let kernel = &ws.project.kernels[p.kernel].name;
         let target = p.target.to_string();
-        let same = current.get(p.key.as_str()).and_then(|records| {
-            records.iter().find(|a| {
-                a.kernel == *kernel
-                    && a.config == p.config
-                    && a.target == target
-                    && a.kind == p.kind
-            })
-        });
+        let same = current
+            .then(|| old.find(kernel, &p.config, &target, p.kind))
+            .flatten()
+            .filter(|a| a.key == p.key);
         if let Some(kept) = same {
             // Agreed before, with the entry file unchanged since: nothing to read.
             let binding = crate::store::checked::binding(kept);
@@ -83,7 +99,7 @@ pub(super) fn write_lock(
                 .is_some_and(|state| checked.agrees(&binding, state))
             {
                 agreed += 1;
-                artifacts.push(Cow::Borrowed(*kept));
+                artifacts.push(Record::Kept(kept));
                 continue;
             }
             let local = ws.stored_entry_with_state(&p.key, reporter);
@@ -113,23 +129,31 @@ pub(super) fn write_lock(
                     entry_from: from,
                 });
             }
-            artifacts.push(Cow::Borrowed(*kept));
+            artifacts.push(Record::Kept(kept));
             continue;
         }
         let why = match ws.recorded_entry(&p.key) {
             Ok(entry) => {
-                artifacts.push(Cow::Owned(locked_artifact(&ws.project, p, &entry)));
+                artifacts.push(Record::Made(Box::new(locked_artifact(
+                    &ws.project,
+                    p,
+                    &entry,
+                ))));
                 continue;
             }
             Err(why) => why,
         };
         if let Some(entry) = from_remote.get(&p.key) {
-            artifacts.push(Cow::Owned(locked_artifact(&ws.project, p, entry)));
+            artifacts.push(Record::Made(Box::new(locked_artifact(
+                &ws.project,
+                p,
+                entry,
+            ))));
         } else if let Some(kept) = old
             .find(kernel, &p.config, &p.target.to_string(), p.kind)
             .filter(|a| a.key == p.key)
         {
-            artifacts.push(Cow::Borrowed(kept));
+            artifacts.push(Record::Kept(kept));
         } else if built.contains(p.key.as_str()) {
             unrecorded.push(format!("  {}: {why}", p.describe(&ws.project)));
         }
@@ -159,7 +183,7 @@ pub(super) fn write_lock(
         old.artifacts
             .iter()
             .filter(|a| broken.contains(a.kernel.as_str()))
-            .map(Cow::Borrowed),
+            .map(Record::Kept),
     );
     let kernels: Vec<LockedKernel> = ws
         .project
@@ -202,7 +226,7 @@ pub(super) fn write_lock(
     let listed = artifacts.len();
     let changed = !same && {
         let lock = Lockfile {
-            artifacts: artifacts.into_iter().map(Cow::into_owned).collect(),
+            artifacts: artifacts.into_iter().map(Record::into_owned).collect(),
             kernels,
             ..pruned
         };
@@ -218,7 +242,7 @@ pub(super) fn write_lock(
 }
 
 /// Sorts records as [`Lockfile::new`] does: by identity, each identity once.
-fn sort_records(artifacts: &mut Vec<Cow<'_, LockedArtifact>>) {
+fn sort_records(artifacts: &mut Vec<Record<'_>>) {
     artifacts.sort_by(|a, b| a.id().cmp(&b.id()));
     artifacts.dedup_by(|a, b| a.id() == b.id());
 }

@@ -338,7 +338,7 @@ mod tests {
                     .wrapping_mul(6364136223846793005)
                     .wrapping_add(1442695040888963407);
                 let pick = (seed >> 33) as usize;
-                if pick % 4 != 0 {
+                if !pick.is_multiple_of(4) {
                     map.insert(
                         names[pick % names.len()].to_string(),
                         values[(pick / 7) % values.len()].clone(),

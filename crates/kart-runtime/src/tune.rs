@@ -460,7 +460,7 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
         .unwrap_or_default();
     let differs = |c: &Config| {
         c.iter()
-            .filter(|(k, v)| default.get(*k) != Some(*v))
+            .filter(|(k, v)| default.get(k) != Some(*v))
             .count()
     };
     let closest = lock
@@ -468,7 +468,7 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
         .iter()
         .filter(|a| a.kernel == kernel.name())
         .map(|a| &a.config)
-        .filter(|c| exact.iter().all(|p| c.get(*p) == config.get(*p)))
+        .filter(|c| exact.iter().all(|p| c.get(p) == config.get(p)))
         .filter_map(|c| artifact_for(lock, kernel.name(), c, capability).map(|a| (c, a)))
         .min_by_key(|(c, _)| (differs(c), (*c).clone()));
     if let Some((c, a)) = closest {

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::os::unix::fs::MetadataExt;
 use std::path::PathBuf;
 
-use crate::digest::{is_sha256_hex, sha256_hex};
+use crate::digest::{hex, is_sha256_hex, sha256_hex};
 use crate::store::fsutil::{read_bounded, write_atomic};
 use crate::store::lockfile::{LockedArtifact, describe};
 
@@ -86,9 +86,9 @@ pub fn binding(a: &LockedArtifact) -> String {
 pub struct Checked {
     path: PathBuf,
     /// Binding → the entry file's state when it agreed.
-    known: HashMap<String, EntryState>,
+    known: HashMap<Bound, EntryState>,
     /// The bindings this run found agreeing (from the file or just now).
-    seen: Vec<String>,
+    seen: Vec<Bound>,
     changed: bool,
 }
 
@@ -110,9 +110,12 @@ impl Checked {
 
     /// Whether `binding` agreed with an entry file in exactly this state.
     pub fn agrees(&mut self, binding: &str, state: EntryState) -> bool {
-        let agrees = self.known.get(binding) == Some(&state);
+        let Some(bound) = decode(binding) else {
+            return false;
+        };
+        let agrees = self.known.get(&bound) == Some(&state);
         if agrees {
-            self.seen.push(binding.to_string());
+            self.seen.push(bound);
         }
         agrees
     }
@@ -120,19 +123,19 @@ impl Checked {
     /// Records that `binding` agrees with the entry file in `state` (read just now),
     /// unless that file changed too recently for its state to be trusted.
     pub fn record(&mut self, binding: String, state: EntryState) {
-        if !state.settled() {
+        let Some(bound) = decode(&binding).filter(|_| state.settled()) else {
             return;
-        }
-        if self.known.get(&binding) != Some(&state) {
-            self.known.insert(binding.clone(), state);
+        };
+        if self.known.get(&bound) != Some(&state) {
+            self.known.insert(bound, state);
             self.changed = true;
         }
-        self.seen.push(binding);
+        self.seen.push(bound);
     }
 
     /// Forgets a binding whose entry disagrees or is gone.
     pub fn forget(&mut self, binding: &str) {
-        if self.known.remove(binding).is_some() {
+        if decode(binding).is_some_and(|bound| self.known.remove(&bound).is_some()) {
             self.changed = true;
         }
     }
@@ -142,7 +145,7 @@ impl Checked {
     /// Past `MAX_RECORDS` the records start over from this run's.
     pub fn save(mut self) {
         if self.known.len() > MAX_RECORDS {
-            let seen: std::collections::HashSet<&String> = self.seen.iter().collect();
+            let seen: std::collections::HashSet<&Bound> = self.seen.iter().collect();
             self.known.retain(|b, _| seen.contains(b));
             self.changed = true;
         }
@@ -152,7 +155,7 @@ impl Checked {
         let mut lines: Vec<String> = self
             .known
             .iter()
-            .map(|(b, EntryState([i, s, m, c]))| format!("{b} {i} {s} {m} {c}\n"))
+            .map(|(b, EntryState([i, s, m, c]))| format!("{} {i} {s} {m} {c}\n", hex(b)))
             .collect();
         lines.sort_unstable();
         let mut text = format!("{HEADER}\n");
@@ -168,7 +171,26 @@ impl Checked {
 }
 
 /// The records of a file's bytes, or `None` if any line is malformed.
-fn parse(bytes: &[u8]) -> Option<HashMap<String, EntryState>> {
+/// A binding as its 32 bytes: the map of 100,000 records holds no strings.
+type Bound = [u8; 32];
+
+/// The bytes of a binding's 64 lower-case hex digits; `None` for anything else.
+fn decode(binding: &str) -> Option<Bound> {
+    if !is_sha256_hex(binding) {
+        return None;
+    }
+    let digit = |c: u8| match c {
+        b'0'..=b'9' => c - b'0',
+        _ => c - b'a' + 10,
+    };
+    let mut bound = [0u8; 32];
+    for (byte, pair) in bound.iter_mut().zip(binding.as_bytes().chunks_exact(2)) {
+        *byte = digit(pair[0]) << 4 | digit(pair[1]);
+    }
+    Some(bound)
+}
+
+fn parse(bytes: &[u8]) -> Option<HashMap<Bound, EntryState>> {
     let text = std::str::from_utf8(bytes).ok()?;
     let mut lines = text.lines();
     if lines.next()? != HEADER {
@@ -177,7 +199,7 @@ fn parse(bytes: &[u8]) -> Option<HashMap<String, EntryState>> {
     let mut known = HashMap::new();
     for line in lines {
         let mut fields = line.split(' ');
-        let binding = fields.next().filter(|b| is_sha256_hex(b))?;
+        let binding = fields.next().and_then(decode)?;
         let mut state = [0u64; 4];
         for slot in &mut state {
             *slot = fields.next()?.parse().ok()?;
@@ -185,7 +207,7 @@ fn parse(bytes: &[u8]) -> Option<HashMap<String, EntryState>> {
         if fields.next().is_some() {
             return None;
         }
-        known.insert(binding.to_string(), EntryState(state));
+        known.insert(binding, EntryState(state));
     }
     Some(known)
 }

@@ -123,7 +123,7 @@ pub fn shape(p: &Problem) -> Shape {
 /// The value of an integer param of `config` (0 when absent).
 #[allow(dead_code)] // a program whose launch reads no param includes this module too
 pub fn param(config: &Config, name: &str) -> u32 {
-    match config.0.get(name) {
+    match config.get(name) {
         Some(kart::model::ParamValue::Int(v)) => *v as u32,
         _ => 0,
     }

@@ -204,7 +204,7 @@ fn print_wide(rows: &[&ListRow]) {
         row.extend(
             params
                 .iter()
-                .map(|p| r.config.get(*p).map_or("-".into(), |v| v.to_string())),
+                .map(|p| r.config.get(p).map_or("-".into(), |v| v.to_string())),
         );
         row.extend(
             derived

@@ -165,7 +165,7 @@ fn committed_digest() -> String {
             a.kernel == "cute_gemm"
                 && CONFIG
                     .iter()
-                    .all(|(k, v)| a.config.get(*k) == Some(&kart::model::ParamValue::Int(*v)))
+                    .all(|(k, v)| a.config.get(k) == Some(&kart::model::ParamValue::Int(*v)))
         })
         .map(|a| a.digest.clone())
         .expect("the committed lock has the CuTe config")

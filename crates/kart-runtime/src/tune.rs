@@ -458,11 +458,7 @@ fn default_for<'a, K: TunedKernel + ?Sized>(
         .tune_spec()
         .map(|t| t.exact.keys().collect())
         .unwrap_or_default();
-    let differs = |c: &Config| {
-        c.iter()
-            .filter(|(k, v)| default.get(k) != Some(*v))
-            .count()
-    };
+    let differs = |c: &Config| c.iter().filter(|(k, v)| default.get(k) != Some(*v)).count();
     let closest = lock
         .artifacts
         .iter()

@@ -17,10 +17,13 @@
 //!     quarantine/                  blobs and entries that failed a check
 //!     materialized/                verified, decompressed cubins for other runtimes
 //!     projects/<sha256 of a root>  each project that uses the store: its root and lock
-//!     tmp/                         scratch folders of running compiles
+//!     tmp/                         scratch folders of running compiles, temp files
 //! ```
-//! Every write is a temp file in the destination folder, synced, then renamed, so a
-//! crash leaves no partial file under a real name; leftovers are swept on open.
+//! Every write is a temp file, synced, then renamed to its real name, so a crash leaves
+//! no partial file under a real name; leftovers are swept on open. Blobs and entries
+//! have their temp files in `tmp/` (one small folder to sweep, not every shard), and
+//! their shard folders are synced once each before a lock names what they hold; the
+//! store's other files have theirs beside them.
 
 pub mod bundle;
 mod bundle_table;

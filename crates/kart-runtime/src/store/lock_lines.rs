@@ -2,7 +2,7 @@
 //! a record that borrows from the text and is reused from one record to the next: no
 //! allocation per record once its buffers have grown.
 //!
-//! [`scan`] accepts only what kart writes. Every line it does not expect (a field kart
+//! `scan` accepts only what kart writes. Every line it does not expect (a field kart
 //! does not write, a value of another shape, a key twice, a value its field's type
 //! refuses) makes it answer `None`, and the caller reads the text the general way, so
 //! every answer and every error message is the one that path gives. The owned records

@@ -60,7 +60,7 @@ cp kart.attest kart.tune $OUT/
 # 4. The benchmark (module exported after the tune, so best() reads its records): both
 #    Hopper kernels' fastest configs, best()'s pick, FLASH and cuDNN, L2 flushed, medians
 #    of 30; under each row the new kernel's fastest per (LAZY, SCHED).
-{ hdr; echo "command: python3 kernels/flash_attn_hopper2/bench.py fa.py --runs 30 --by LAZY,SCHED"
+{ hdr; echo "command: python3 kernels/flash_attn_hopper2/bench.py fa.py --runs 30 --by LAZY,SCHED,QREG"
   $B/kart export --python -o $W/fa.py flash_attn --all-configs --target sm_90 --target sm_90a 2>&1 | tail -n 1
-  time timeout 150 python3 kernels/flash_attn_hopper2/bench.py $W/fa.py --runs 30 --by LAZY,SCHED; } > $OUT/h2-bench.log 2>&1
+  time timeout 150 python3 kernels/flash_attn_hopper2/bench.py $W/fa.py --runs 30 --by LAZY,SCHED,QREG; } > $OUT/h2-bench.log 2>&1
 echo "bench exit $?"; cat $OUT/h2-bench.log

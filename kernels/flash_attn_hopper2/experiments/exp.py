@@ -22,7 +22,6 @@ from torch.nn.attention import SDPBackend, sdpa_kernel
 
 ROWS = [(8, 16, 512, 128, 0), (32, 32, 512, 128, 1), (32, 32, 512, 128, 0), (8, 16, 512, 128, 1),
         (8, 16, 2048, 128, 0), (8, 16, 2048, 128, 1), (2, 16, 4096, 128, 1), (1, 8, 2048, 128, 0)]
-PARAMS = ("SCHED", "DYN", "TMAPF")
 
 
 def load(path):
@@ -38,7 +37,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--runs", type=int, default=10)
     ap.add_argument("--ncu", default="", help="B,H,S,D,causal: one launch of each contender, for ncu")
-    ap.add_argument("--ncu-config", default="", help="the hopper3 config for --ncu: SCHED=0,DYN=1,TMAPF=1")
+    ap.add_argument("--ncu-config", default="", help="the hopper3 config for --ncu, as named in the output: SCHED=0,STAGES=3,QBUF=1,QREG=1")
     args = ap.parse_args()
     mod = load(args.module)
     flush = torch.empty(256 << 20, dtype=torch.uint8, device="cuda")
@@ -58,12 +57,14 @@ def main():
         contenders = {}
         for sched in ((0, 2) if causal else (0,)):
             h2 = dict(HEAD_DIM=d, CAUSAL=causal, BLOCK_N=128, CONSUMERS=2, STAGES=3, PIPELINE=1, PINGPONG=1,
-                      WIDE=1, TREE=causal, LAZY=2, SCHED=sched)
+                      WIDE=1, TREE=causal, LAZY=2, SCHED=sched, QREG=0)
             contenders[f"hopper2 SCHED={sched}"] = mod.load("flash_attn_hopper2", **h2)
         for config in available.get("flash_attn_hopper3", []):
             if config["HEAD_DIM"] != d or config["CAUSAL"] != causal:
                 continue
-            name = "h3 " + ",".join(f"{p}={config[p]}" for p in PARAMS)
+            # Named by SCHED and the params the second kernel's config does not set.
+            params = ["SCHED"] + [p for p in config if p not in h2]
+            name = "h3 " + ",".join(f"{p}={config[p]}" for p in params)
             contenders[name] = mod.load("flash_attn_hopper3", **config)
         runs = {}
         if args.ncu:

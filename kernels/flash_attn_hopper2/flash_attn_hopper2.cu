@@ -41,6 +41,11 @@
 //   buffer back at once, so the next item's Q loads under the whole of this item rather
 //   than under its last product and epilogue (a wait of 0.3-0.5 us per item, measured,
 //   with the buffer held to the item's last S).
+// - CARRY (with QREG; causal rows): one pipeline over every tile of every item a block
+//   takes, as in kernels/flash_attn_hopper: S of an item's first tile is issued with
+//   O += P V of the previous item's last tile, so an item's first S and last product no
+//   longer run alone. (In kernels/flash_attn_hopper it needed a second Q buffer, which at
+//   head dim 128 left room for two K/V stages only; with Q in registers it keeps three.)
 #include <cuda.h>
 #include <cuda_fp16.h>
 
@@ -97,7 +102,7 @@ __device__ __forceinline__ float exp2_ftz(float x) {
 }  // namespace fa_hopper2
 
 template <int D, int BN, int CONSUMERS, int STAGES, int CAUSAL, int PIPELINE, int PINGPONG, int WIDE,
-          int TREE, int LAZY, int SCHED, int QREG>
+          int TREE, int LAZY, int SCHED, int QREG, int CARRY>
 __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     kart_flash_attn_fwd(const __grid_constant__ CUtensorMap tma_q, const __grid_constant__ CUtensorMap tma_k,
                         const __grid_constant__ CUtensorMap tma_v, __half *o, int seq, int heads) {
@@ -354,7 +359,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       for (int h = 0; h < 2; ++h) grow |= LAZY == 1 ? new_max[h] != row_max[h] : new_max[h] - row_max[h] > 8.f;
       grow = __any_sync(0xffffffff, grow);
       // On an item's first tile O is zero: nothing to rescale (the sums are zero too).
-      rescale_o = grow && t > 0;
+      // With CARRY, O holds the previous item's output on an item's first tile: the
+      // rescale by exp2(-inf) = 0 clears it.
+      rescale_o = CARRY ? grow || t == 0 : grow && t > 0;
       if (!grow) {
         CUTE_UNROLL
         for (int h = 0; h < 2; ++h) new_max[h] = row_max[h];
@@ -510,8 +517,9 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     if (tid == 0) Barrier::arrive(&empty[g % STAGES]);
   };
   // A pipelined step: S of ring use g (tile t of the current item) issued with O += P V
-  // of use `prev`, the softmax of S under that product.
-  auto step = [&](int g, int prev, int t) {
+  // of use `prev`, the softmax of S under that product. `before_softmax` runs once S is
+  // done, `before_rescale` once the product is.
+  auto step = [&](int g, int prev, int t, auto before_softmax, auto before_rescale) {
     fence_all();
     my_turn();
     warpgroup_arrive();
@@ -521,12 +529,59 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
     warpgroup_wait<1>();  // S of use g
     warpgroup_fence_operand(acc_s);
     if (t == tiles - 1) release_q();
+    before_softmax();
     softmax(t);
     warpgroup_wait<0>();  // O += P V of use prev: its K and V go back
     fence_all();
     if (tid == 0) Barrier::arrive(&empty[prev % STAGES]);
+    before_rescale();
     rescale_o_and_convert_p();
   };
+
+  if constexpr (CARRY) {
+    // One pipeline over every tile of every item this block takes (g counts the ring's
+    // uses): each step issues S of the next tile with O += P V of the one before,
+    // whichever items they belong to. At an item boundary the finished item's O is
+    // stored once its last product is done, after the next item's first softmax, and
+    // that softmax's rescale by exp2(-inf) = 0 clears O. Q is in registers (QREG), so
+    // the next item's Q is there before this item's last product is issued.
+    static_assert(QREG && PIPELINE, "CARRY needs QREG and PIPELINE");
+    int n = 0, local = 0, got;
+    while ((got = slot(n, m0, bh)) == 2) ++n;
+    if (got == 0) return;
+    start_item(local);
+    CUTE_UNROLL
+    for (int p = 0; p < PARTS; ++p) clear(acc_o[p]);
+    reset_rows();
+    s_alone(0, 0);
+    int prev = 0, g = 1, t = 1;
+    while (true) {
+      const int done_row0 = q_row0, done_bh = bh;
+      const float done_sum[2] = {row_sum[0], row_sum[1]};
+      const bool next_item = t == tiles;
+      if (next_item) {
+        ++local;
+        while ((got = slot(++n, m0, bh)) == 2) {
+        }
+        if (got == 0) break;
+        start_item(local);
+        t = 0;
+      }
+      step(
+          g, prev, t,
+          [&]() {
+            if (next_item) reset_rows();
+          },
+          [&]() {
+            if (next_item) store_o(done_sum, done_row0, done_bh);
+          });
+      prev = g++;
+      ++t;
+    }
+    o_alone(prev);
+    store_o(row_sum, q_row0, bh);
+    return;
+  }
 
   int local = 0;
   for (int n = 0;; ++n) {
@@ -541,7 +596,7 @@ __global__ void __launch_bounds__(128 * (CONSUMERS + 1), CONSUMERS == 1 ? 2 : 1)
       // The pipeline within the warpgroup: S of tile t is issued before O += P V of tile
       // t - 1, so the softmax of tile t runs while the tensor cores do that product.
       s_alone(ring, 0);
-      for (int t = 1; t < tiles; ++t) step(ring + t, ring + t - 1, t);
+      for (int t = 1; t < tiles; ++t) step(ring + t, ring + t - 1, t, [] {}, [] {});
       o_alone(ring + tiles - 1);
     } else {
       // One tile at a time: S, its softmax, O += P V; the other consumer warpgroups (and

@@ -282,8 +282,10 @@ pub(crate) fn a_variant_is_called_as_its_base_and_chosen_on_hopper(
 /// work (SCHED 0, 1, 2) computes every query block as the base does, so the outputs
 /// agree bit for bit (any difference means a block computed twice, skipped or mixed
 /// up); with LAZY 2 the stale maxima change only rounding (within 2e-3). At head dim
-/// 128 each is run with Q in shared memory and in registers (QREG 0 and 1): the same
-/// products from the other operand source, so LAZY 0 must still agree bit for bit.
+/// 128 each is run with Q in shared memory, in registers (QREG 1: the same products from
+/// the other operand source) and in registers with one pipeline across items (CARRY 1:
+/// O cleared by a rescale by zero instead of a fill), so LAZY 0 must still agree bit for
+/// bit.
 pub(crate) fn causal_orders_of_flash_attn_hopper2_match_the_first_hopper_kernel(
     _: &Fixture,
     gpu: &Gpu,
@@ -370,16 +372,27 @@ pub(crate) fn causal_orders_of_flash_attn_hopper2_match_the_first_hopper_kernel(
         }
         // The causal configs of the grid: LAZY 0 and 2 with each order (LAZY 1 is in the
         // grid for the non-causal rows only).
-        let qregs: &[i64] = if hd == 128 { &[0, 1] } else { &[0] };
+        let q_and_carry: &[(i64, i64)] = if hd == 128 {
+            &[(0, 0), (1, 0), (1, 1)]
+        } else {
+            &[(0, 0)]
+        };
         let configs = [0i64, 2].into_iter().flat_map(|lazy| {
-            [0i64, 1, 2]
-                .into_iter()
-                .flat_map(move |sched| qregs.iter().map(move |&qreg| (lazy, sched, qreg)))
+            [0i64, 1, 2].into_iter().flat_map(move |sched| {
+                q_and_carry
+                    .iter()
+                    .map(move |&(qreg, carry)| (lazy, sched, qreg, carry))
+            })
         });
-        for (lazy, sched, qreg) in configs {
+        for (lazy, sched, qreg, carry) in configs {
             let out = run(
                 "flash_attn_hopper2",
-                &[("LAZY", lazy), ("SCHED", sched), ("QREG", qreg)],
+                &[
+                    ("LAZY", lazy),
+                    ("SCHED", sched),
+                    ("QREG", qreg),
+                    ("CARRY", carry),
+                ],
             )?;
             let (mut differ, mut worst) = (0usize, 0f32);
             for (i, (x, y)) in out.iter().zip(&base).enumerate() {
@@ -389,18 +402,18 @@ pub(crate) fn causal_orders_of_flash_attn_hopper2_match_the_first_hopper_kernel(
                 );
                 if !xf.is_finite() {
                     return Err(format!(
-                        "D={hd} LAZY={lazy} SCHED={sched} QREG={qreg}: element {i} is {xf} (never written?)"
+                        "D={hd} LAZY={lazy} SCHED={sched} QREG={qreg} CARRY={carry}: element {i} is {xf} (never written?)"
                     ));
                 }
                 differ += usize::from(x != y);
                 worst = worst.max((xf - yf).abs());
             }
             println!(
-                "    D={hd} LAZY={lazy} SCHED={sched} QREG={qreg}: {differ} of {n} elements differ from flash_attn_hopper, by at most {worst:.1e}"
+                "    D={hd} LAZY={lazy} SCHED={sched} QREG={qreg} CARRY={carry}: {differ} of {n} elements differ from flash_attn_hopper, by at most {worst:.1e}"
             );
             if (lazy == 0 && differ > 0) || worst > 2e-3 {
                 return Err(format!(
-                    "D={hd} LAZY={lazy} SCHED={sched} QREG={qreg}: {differ} elements differ, by up to {worst}"
+                    "D={hd} LAZY={lazy} SCHED={sched} QREG={qreg} CARRY={carry}: {differ} elements differ, by up to {worst}"
                 ));
             }
         }

@@ -62,13 +62,16 @@ def main():
         for config in available.get("flash_attn_hopper3", []):
             if config["HEAD_DIM"] != d or config["CAUSAL"] != causal:
                 continue
-            # Named by SCHED and the params the second kernel's config does not set.
-            params = ["SCHED"] + [p for p in config if p not in h2]
+            # Named by SCHED and the params the second kernel's config does not set or sets
+            # otherwise.
+            params = ["SCHED"] + [p for p in config if p != "SCHED" and config[p] != h2.get(p)]
             name = "h3 " + ",".join(f"{p}={config[p]}" for p in params)
             contenders[name] = mod.load("flash_attn_hopper3", **config)
         runs = {}
         if args.ncu:
-            pick = "h3 " + args.ncu_config
+            # The first hopper3 config whose name has every NAME=VALUE of --ncu-config.
+            want = set(args.ncu_config.split(","))
+            pick = next(n for n in contenders if n.startswith("h3 ") and want <= set(n[3:].split(",")))
             contenders = {n: contenders[n] for n in ("hopper2 SCHED=0", pick)}
         for name, launcher in contenders.items():
             o.fill_(float("nan"))

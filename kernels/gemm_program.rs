@@ -316,6 +316,13 @@ fn tune<G: Gemm>(rt: &Runtime, gpu: &Gpu, family: &[&Kernel], problems: Vec<Prob
                 tflops::<G>(&problem, *us)
             );
         }
+        for t in trials.iter().filter(|t| t.runoff_us.is_some()) {
+            let us = t.runoff_us.unwrap_or(f64::NAN);
+            println!(
+                "  run-off {us:>8.1} µs  {}",
+                label::<G>(&t.kernel, &t.config)
+            );
+        }
         if let Some(r) = record {
             println!(
                 "  best: {} ({:.1} µs, {:.2} TFLOP/s)",

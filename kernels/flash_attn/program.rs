@@ -470,6 +470,10 @@ fn tune(rt: &Runtime, gpu: &Gpu, family: &[&Kernel]) -> Res<()> {
                 ),
             }
         }
+        for t in trials.iter().filter(|t| t.runoff_us.is_some()) {
+            let us = t.runoff_us.unwrap_or(f64::NAN);
+            println!("  run-off {us:>9.1} µs  {}[{}]", t.kernel, t.config);
+        }
         if let Some(r) = record {
             println!(
                 "  best: {}[{}] ({:.1} µs, {:.1} TFLOP/s; runner-up {})",

@@ -33,6 +33,9 @@ pub struct Trial {
     /// Its median time in microseconds, or why it was not timed (wrong result, failed
     /// launch).
     pub result: std::result::Result<f64, String>,
+    /// Its median over the run-off's rounds, when it was close enough to the fastest to
+    /// be timed again (see [`TuneSettings::runoff_within`]).
+    pub runoff_us: Option<f64>,
 }
 
 /// The tuning program's part: running one config on one problem.
@@ -69,6 +72,16 @@ pub struct TuneSettings {
     /// GPU is busy with it while the run is launched, so the launch's own latency falls
     /// outside the two events.
     pub flush_bytes: usize,
+    /// The run-off: configs whose median is within this fraction of the fastest's are
+    /// timed again, in turn, round after round, and the lowest median over the rounds
+    /// wins. Configs timed one after the other over a sweep of minutes see the clock and
+    /// the card's temperature drift by a few percent, as much as the gaps between the
+    /// best configs; timed in turn, each round sees the same conditions for all.
+    pub runoff_within: f64,
+    /// At most this many configs in the run-off (the fastest of the sweep).
+    pub runoff_max: usize,
+    /// Rounds of the run-off; each times every contender with `runs / 3` timed runs.
+    pub runoff_rounds: usize,
 }
 
 impl Default for TuneSettings {
@@ -77,8 +90,42 @@ impl Default for TuneSettings {
             warmup: 5,
             runs: 30,
             flush_bytes: 256 << 20,
+            runoff_within: 0.03,
+            runoff_max: 6,
+            runoff_rounds: 5,
         }
     }
+}
+
+/// The trials in a run-off: those timed within `within` (a fraction) of the fastest,
+/// fastest first, at most `max`; none when fewer than two qualify. `times` holds each
+/// timed trial's index and median.
+fn runoff_contenders(times: &[(usize, f64)], within: f64, max: usize) -> Vec<usize> {
+    let mut sorted: Vec<(usize, f64)> = times
+        .iter()
+        .copied()
+        .filter(|(_, us)| us.is_finite())
+        .collect();
+    sorted.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    let Some(&(_, fastest)) = sorted.first() else {
+        return Vec::new();
+    };
+    let chosen: Vec<usize> = sorted
+        .iter()
+        .take_while(|(_, us)| *us <= fastest * (1.0 + within))
+        .take(max)
+        .map(|(i, _)| *i)
+        .collect();
+    if chosen.len() < 2 {
+        return Vec::new();
+    }
+    chosen
+}
+
+/// The median of `values` (the upper one of an even count), or None when empty.
+fn median(mut values: Vec<f64>) -> Option<f64> {
+    values.sort_by(f64::total_cmp);
+    values.get(values.len() / 2).copied()
 }
 
 fn driver(call: &'static str) -> impl Fn(cudarc::driver::DriverError) -> Error {
@@ -158,8 +205,7 @@ pub fn tune_problem(
         configs.extend(own.into_iter().map(|c| (*kernel, c)));
     }
     let mut trials = Vec::new();
-    let mut best: Option<(f64, &Kernel, &Config, LockedArtifact)> = None;
-    let mut runner_up: Option<f64> = None;
+    let mut timed_artifacts: Vec<Option<LockedArtifact>> = Vec::new();
     for (kernel, config) in configs {
         let Some(artifact) = artifact_for(rt.lock()?, &kernel.name, config, gpu.capability) else {
             continue;
@@ -180,44 +226,130 @@ pub fn tune_problem(
             // not fatal: other configs may run.
             Err(e) => Err(e.with_causes()),
         };
-        if let Ok(us) = result {
-            match &best {
-                Some((b, ..)) if *b <= us => {
-                    runner_up = Some(runner_up.map_or(us, |r: f64| r.min(us)));
-                }
-                _ => {
-                    if let Some((b, ..)) = &best {
-                        runner_up = Some(runner_up.map_or(*b, |r: f64| r.min(*b)));
-                    }
-                    best = Some((us, kernel, config, artifact.clone()));
-                }
-            }
-        }
+        timed_artifacts.push(result.is_ok().then(|| artifact.clone()));
         trials.push(Trial {
             kernel: kernel.name.clone(),
             config: config.clone(),
             result,
+            runoff_us: None,
         });
     }
-    let timed = trials.iter().filter(|t| t.result.is_ok()).count();
-    let record = best.map(|(us, kernel, config, artifact)| TuneRecord {
-        kernel: base.name.clone(),
-        gpu: gpu.name.clone(),
-        problem: problem.clone(),
-        config: config.clone(),
-        variant: (kernel.name != base.name).then(|| kernel.name.clone()),
-        target: artifact.target.clone(),
-        digest: artifact.digest.clone(),
-        median_us: (us * 100.0).round() / 100.0,
-        runner_up_us: runner_up.map(|r| (r * 100.0).round() / 100.0),
-        timed,
+    let sweep: Vec<(usize, f64)> = trials
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| Some((i, *t.result.as_ref().ok()?)))
+        .collect();
+    runoff(rt, gpu, problem, settings, bench, &sweep, &mut trials)?;
+    // The winner: the lowest run-off median where there was a run-off, else the lowest
+    // median of the sweep. The runner-up is the next one by the same measure.
+    let measure = |i: usize| -> f64 {
+        let t = &trials[i];
+        t.runoff_us
+            .unwrap_or_else(|| t.result.as_ref().map_or(f64::INFINITY, |us| *us))
+    };
+    let in_runoff = trials.iter().any(|t| t.runoff_us.is_some());
+    let mut ranked: Vec<usize> = sweep
+        .iter()
+        .map(|(i, _)| *i)
+        .filter(|i| !in_runoff || trials[*i].runoff_us.is_some())
+        .collect();
+    ranked.sort_by(|a, b| measure(*a).total_cmp(&measure(*b)).then(a.cmp(b)));
+    let runner_up = ranked.get(1).map(|&i| measure(i));
+    let timed = sweep.len();
+    let record = ranked.first().and_then(|&i| {
+        let t = &trials[i];
+        let artifact = timed_artifacts[i].as_ref()?;
+        let us = measure(i);
+        Some(TuneRecord {
+            kernel: base.name.clone(),
+            gpu: gpu.name.clone(),
+            problem: problem.clone(),
+            config: t.config.clone(),
+            variant: (t.kernel != base.name).then(|| t.kernel.clone()),
+            target: artifact.target.clone(),
+            digest: artifact.digest.clone(),
+            median_us: (us * 100.0).round() / 100.0,
+            runner_up_us: runner_up.map(|r| (r * 100.0).round() / 100.0),
+            timed,
+        })
     });
     Ok((trials, record))
+}
+
+/// The run-off (see [`TuneSettings::runoff_within`]): the sweep's close contenders timed
+/// again in turn, `settings.runoff_rounds` rounds of `settings.runs / 3` timed runs each;
+/// each contender's median over its rounds' medians goes to its trial's `runoff_us`.
+fn runoff(
+    rt: &Runtime,
+    gpu: &Gpu,
+    problem: &Problem,
+    settings: TuneSettings,
+    bench: &mut dyn TuneBench,
+    sweep: &[(usize, f64)],
+    trials: &mut [Trial],
+) -> Result<()> {
+    let contenders = runoff_contenders(sweep, settings.runoff_within, settings.runoff_max);
+    if contenders.is_empty() || settings.runoff_rounds == 0 {
+        return Ok(());
+    }
+    let round = TuneSettings {
+        warmup: 2,
+        runs: (settings.runs / 3).max(1),
+        ..settings
+    };
+    let mut loaded = Vec::with_capacity(contenders.len());
+    for &i in &contenders {
+        loaded.push(gpu.kernel(rt, &trials[i].kernel, &trials[i].config)?);
+    }
+    let mut rounds: Vec<Vec<f64>> = vec![Vec::new(); contenders.len()];
+    for _ in 0..settings.runoff_rounds {
+        for (slot, &i) in contenders.iter().enumerate() {
+            let config = trials[i].config.clone();
+            let us = median_time_us(gpu, round, &mut |r| {
+                bench.launch(&loaded[slot], &config, problem, r)
+            })?;
+            rounds[slot].push(us);
+        }
+    }
+    for (slot, &i) in contenders.iter().enumerate() {
+        trials[i].runoff_us = median(std::mem::take(&mut rounds[slot]));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_run_off_takes_the_close_contenders_fastest_first_and_only_a_race() {
+        let sweep = [
+            (0, 105.0),
+            (1, 100.0),
+            (2, 102.9),
+            (3, 103.1),
+            (4, f64::NAN),
+            (5, 101.0),
+        ];
+        assert_eq!(runoff_contenders(&sweep, 0.03, 6), vec![1, 5, 2]);
+        assert_eq!(runoff_contenders(&sweep, 0.03, 2), vec![1, 5]);
+        assert_eq!(runoff_contenders(&sweep, 0.06, 6), vec![1, 5, 2, 3, 0]);
+        // One config close to nothing else: no race to run.
+        assert!(runoff_contenders(&[(0, 100.0), (1, 110.0)], 0.03, 6).is_empty());
+        assert!(runoff_contenders(&[], 0.03, 6).is_empty());
+        // Ties keep the sweep's order.
+        assert_eq!(
+            runoff_contenders(&[(3, 50.0), (1, 50.0)], 0.0, 6),
+            vec![1, 3]
+        );
+    }
+
+    #[test]
+    fn the_median_of_rounds_is_the_middle_one() {
+        assert_eq!(median(vec![3.0, 1.0, 2.0]), Some(2.0));
+        assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
+        assert_eq!(median(Vec::new()), None);
+    }
     use kart_runtime::resolve::Capability;
     use kart_runtime::store::lockfile::Lockfile;
     use kart_runtime::store::sidecar::Sidecar;

@@ -19,23 +19,29 @@ import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
 
 
+def l2_flushed_runs(fn, n, flush):
+    """`n` runs of `fn()`, each alone between CUDA events after `flush` (a buffer larger
+    than the L2) is zeroed: their times in µs."""
+    times = []
+    for _ in range(n):
+        flush.zero_()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn()
+        end.record()
+        end.synchronize()
+        times.append(start.elapsed_time(end) * 1e3)
+    return times
+
+
 def l2_flushed_timer(runs, warmup=5):
     """A function timing `fn()` alone between CUDA events after 256 MiB are zeroed (the
     L2 flushed): the median of `runs` after `warmup` untimed, in µs."""
     flush = torch.empty(256 * 1024 * 1024, dtype=torch.uint8, device="cuda")
 
     def timed(fn, n=runs):
-        times = []
-        for i in range(n + warmup):
-            flush.zero_()
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            fn()
-            end.record()
-            end.synchronize()
-            if i >= warmup:
-                times.append(start.elapsed_time(end) * 1e3)
-        return statistics.median(times)
+        l2_flushed_runs(fn, warmup, flush)
+        return statistics.median(l2_flushed_runs(fn, n, flush))
 
     return timed
 

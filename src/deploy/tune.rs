@@ -179,8 +179,9 @@ pub fn median_time_us(
 /// Times every config of `family` (a kernel and its variants, base first) in the lock
 /// that fits `problem`'s exact keys and that this GPU can run: each is checked first (a
 /// wrong config never wins), then warmed up and timed with CUDA events, median of
-/// `settings.runs`. Returns every trial and the record of the fastest correct one,
-/// under the base's name (with `variant` set when a variant won).
+/// `settings.runs`; the configs close to the fastest then race again in turn (the
+/// run-off, [`TuneSettings::runoff_within`]). Returns every trial and the record of the
+/// winner, under the base's name (with `variant` set when a variant won).
 pub fn tune_problem(
     rt: &Runtime,
     gpu: &Gpu,
@@ -320,6 +321,10 @@ fn runoff(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use kart_runtime::resolve::Capability;
+    use kart_runtime::store::lockfile::Lockfile;
+    use kart_runtime::store::sidecar::Sidecar;
+    use std::path::Path;
 
     #[test]
     fn the_run_off_takes_the_close_contenders_fastest_first_and_only_a_race() {
@@ -350,11 +355,6 @@ mod tests {
         assert_eq!(median(vec![4.0, 1.0, 3.0, 2.0]), Some(3.0));
         assert_eq!(median(Vec::new()), None);
     }
-    use kart_runtime::resolve::Capability;
-    use kart_runtime::store::lockfile::Lockfile;
-    use kart_runtime::store::sidecar::Sidecar;
-    use std::path::Path;
-
     proptest::proptest! {
         /// The memoized answer is the unmemoized one, over the repository's own records
         /// and lock and random problems (asked twice, so the second is a cache hit).

@@ -14,11 +14,19 @@ With --ncu ROW, launches that row's cuDNN, hopper2 and best hopper3 config once 
 """
 import argparse
 import importlib.util
+import os
 import statistics
+import sys
 
 import torch
 import torch.nn.functional as F
 from torch.nn.attention import SDPBackend, sdpa_kernel
+
+# kernels/flash_attn's L2-flushed timing, found from this file's copy in a kernel folder
+# (kernels/flash_attn_hopper3/) or from experiments/ itself.
+_here = os.path.dirname(os.path.abspath(__file__))
+sys.path[:0] = [os.path.join(_here, "..", "flash_attn"), os.path.join(_here, "..", "..", "flash_attn")]
+from bench_vs_sdpa import l2_flushed_runs  # noqa: E402
 
 ROWS = [(8, 16, 512, 128, 0), (32, 32, 512, 128, 1), (32, 32, 512, 128, 0), (8, 16, 512, 128, 1),
         (8, 16, 2048, 128, 0), (8, 16, 2048, 128, 1), (2, 16, 4096, 128, 1), (1, 8, 2048, 128, 0)]
@@ -98,15 +106,8 @@ def main():
             fn()
         for _ in range(args.rounds):
             for name, fn in runs.items():
-                for i in range(args.runs + 1):
-                    flush.zero_()
-                    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-                    start.record()
-                    fn()
-                    end.record()
-                    end.synchronize()
-                    if i > 0:
-                        times[name].append(start.elapsed_time(end) * 1e3)
+                # The first run of each turn untimed: the others' runs came before it.
+                times[name].extend(l2_flushed_runs(fn, args.runs + 1, flush)[1:])
         tf = {name: flops / (statistics.median(t) * 1e-6) / 1e12 for name, t in times.items()}
         print(f"{b}x{h}x{s}x{d} causal {causal}: cuDNN {tf['cuDNN']:.1f} TFLOP/s", flush=True)
         for name, value in sorted(tf.items(), key=lambda kv: -kv[1]):

@@ -267,15 +267,9 @@ fn push_scalar(out: &mut String, value: &str) -> Option<()> {
         out.push_str(value);
         return Some(());
     }
-    let digits = value.strip_prefix('-').unwrap_or(value);
-    // At most 18 digits: every such number is an i64 to TOML and to serde_json alike.
-    let decimal = !digits.is_empty()
-        && digits.len() <= 18
-        && digits.bytes().all(|b| b.is_ascii_digit())
-        && (digits == "0" || !digits.starts_with('0'));
-    if !decimal {
-        return None;
-    }
+    // A decimal integer as kart writes one (at most 18 digits: every such number is an
+    // i64 to TOML and to serde_json alike).
+    super::lock_lines::integer(value)?;
     out.push_str(value);
     Some(())
 }

@@ -490,8 +490,9 @@ fn string(value: &str) -> Option<&str> {
 }
 
 /// A decimal integer as kart writes one: an optional `-`, at most 18 digits, no leading
-/// zero (every such number reads the same in TOML and JSON).
-fn integer(value: &str) -> Option<i64> {
+/// zero (every such number reads the same in TOML and JSON). `lock_canonical` holds
+/// integers to the same rule.
+pub(super) fn integer(value: &str) -> Option<i64> {
     let digits = value.strip_prefix('-').unwrap_or(value);
     let decimal = !digits.is_empty()
         && digits.len() <= 18

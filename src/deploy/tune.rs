@@ -172,8 +172,8 @@ pub fn median_time_us(
                 * 1e3,
         );
     }
-    times.sort_by(f64::total_cmp);
-    Ok(times[times.len() / 2])
+    // At least one timed run, so there is a median.
+    Ok(median(times).unwrap_or(f64::NAN))
 }
 
 /// Times every config of `family` (a kernel and its variants, base first) in the lock
@@ -241,26 +241,12 @@ pub fn tune_problem(
         .filter_map(|(i, t)| Some((i, *t.result.as_ref().ok()?)))
         .collect();
     runoff(rt, gpu, problem, settings, bench, &sweep, &mut trials)?;
-    // The winner: the lowest run-off median where there was a run-off, else the lowest
-    // median of the sweep. The runner-up is the next one by the same measure.
-    let measure = |i: usize| -> f64 {
-        let t = &trials[i];
-        t.runoff_us
-            .unwrap_or_else(|| t.result.as_ref().map_or(f64::INFINITY, |us| *us))
-    };
-    let in_runoff = trials.iter().any(|t| t.runoff_us.is_some());
-    let mut ranked: Vec<usize> = sweep
-        .iter()
-        .map(|(i, _)| *i)
-        .filter(|i| !in_runoff || trials[*i].runoff_us.is_some())
-        .collect();
-    ranked.sort_by(|a, b| measure(*a).total_cmp(&measure(*b)).then(a.cmp(b)));
-    let runner_up = ranked.get(1).map(|&i| measure(i));
+    let ranked = ranking(&trials);
+    let runner_up = ranked.get(1).map(|&(_, us)| us);
     let timed = sweep.len();
-    let record = ranked.first().and_then(|&i| {
+    let record = ranked.first().and_then(|&(i, us)| {
         let t = &trials[i];
         let artifact = timed_artifacts[i].as_ref()?;
-        let us = measure(i);
         Some(TuneRecord {
             kernel: base.name.clone(),
             gpu: gpu.name.clone(),
@@ -275,6 +261,26 @@ pub fn tune_problem(
         })
     });
     Ok((trials, record))
+}
+
+/// The timed trials, best first, each with the time it is ranked by: the run-off's
+/// median where there was a run-off (and then only its contenders), else the sweep's.
+fn ranking(trials: &[Trial]) -> Vec<(usize, f64)> {
+    let in_runoff = trials.iter().any(|t| t.runoff_us.is_some());
+    let mut ranked: Vec<(usize, f64)> = trials
+        .iter()
+        .enumerate()
+        .filter_map(|(i, t)| {
+            let us = if in_runoff {
+                t.runoff_us?
+            } else {
+                *t.result.as_ref().ok()?
+            };
+            Some((i, us))
+        })
+        .collect();
+    ranked.sort_by(|a, b| a.1.total_cmp(&b.1).then(a.0.cmp(&b.0)));
+    ranked
 }
 
 /// The run-off (see [`TuneSettings::runoff_within`]): the sweep's close contenders timed
@@ -347,6 +353,33 @@ mod tests {
             runoff_contenders(&[(3, 50.0), (1, 50.0)], 0.0, 6),
             vec![1, 3]
         );
+    }
+
+    #[test]
+    fn the_run_off_decides_among_its_contenders_and_the_sweep_decides_without_one() {
+        let trial = |result: std::result::Result<f64, String>, runoff_us| Trial {
+            kernel: "k".to_string(),
+            config: Config::default(),
+            result,
+            runoff_us,
+        };
+        // Without a run-off: the sweep's order; a failed config is not ranked.
+        let sweep_only = [
+            trial(Ok(12.0), None),
+            trial(Err("wrong result".to_string()), None),
+            trial(Ok(10.0), None),
+        ];
+        assert_eq!(ranking(&sweep_only), vec![(2, 10.0), (0, 12.0)]);
+        // With one: the sweep's fastest (trial 2) lost the race to trial 0, and trial
+        // 3, too slow in the sweep for the race, is not ranked.
+        let raced = [
+            trial(Ok(10.2), Some(10.1)),
+            trial(Err("launch failed".to_string()), None),
+            trial(Ok(10.0), Some(10.3)),
+            trial(Ok(10.6), None),
+        ];
+        assert_eq!(ranking(&raced), vec![(0, 10.1), (2, 10.3)]);
+        assert!(ranking(&[]).is_empty());
     }
 
     #[test]
